@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# One-time machine set-up for handoff, idempotent: Debian packages, uv, the Python
+# environment and the Kubernetes 1.20.2 control-plane binaries built from Debian's
+# source package. Every step is skipped when its result is already there.
+set -euo pipefail
+here=$(cd "$(dirname "$0")/.." && pwd)
+cache=${HANDOFF_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/handoff}
+k8s_version=1.20.5+really1.20.2
+bin_dir=$cache/kubernetes-$k8s_version/bin
+export DEBIAN_FRONTEND=noninteractive
+
+log() { printf '==> %s\n' "$*" >&2; }
+as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+
+apt_packages=(golang-go rsync jq make etcd-server docker-registry openssl git ca-certificates curl)
+missing=()
+for p in "${apt_packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+
+# Debian's source package needs a deb-src entry for bookworm main.
+src_list=/etc/apt/sources.list.d/handoff-src.sources
+if [ ! -x "$bin_dir/kube-apiserver" ] && [ ! -f "$src_list" ]; then
+  log "adding the deb-src entry for bookworm main ($src_list)"
+  as_root tee "$src_list" >/dev/null <<'SRC'
+Types: deb-src
+URIs: http://deb.debian.org/debian
+Suites: bookworm
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+SRC
+  need_update=1
+fi
+if [ ${#missing[@]} -gt 0 ] || [ -n "${need_update:-}" ]; then
+  log "apt-get update"
+  as_root apt-get update -qq
+fi
+if [ ${#missing[@]} -gt 0 ]; then
+  log "installing Debian packages: ${missing[*]}"
+  as_root apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+# Debian starts these as system services on install; the sandbox runs its own copies.
+for svc in etcd docker-registry; do
+  if command -v systemctl >/dev/null && systemctl is-active --quiet "$svc" 2>/dev/null; then
+    as_root systemctl disable --now "$svc" >/dev/null 2>&1 || true
+  fi
+done
+
+if ! command -v uv >/dev/null; then
+  log "installing uv from PyPI"
+  python3 -m pip install --quiet --root-user-action=ignore uv
+fi
+
+if [ ! -x "$bin_dir/kube-apiserver" ] || [ ! -x "$bin_dir/kubectl" ]; then
+  build=$cache/build
+  mkdir -p "$build"
+  cd "$build"
+  if [ ! -f "kubernetes_$k8s_version.orig.tar.gz" ]; then
+    log "downloading Debian's kubernetes source package"
+    apt-get source --download-only kubernetes >/dev/null
+  fi
+  src=$build/kubernetes-$k8s_version
+  if [ ! -d "$src/vendor" ]; then
+    rm -rf "$src" && mkdir -p "$src"
+    tar -xzf "kubernetes_$k8s_version.orig.tar.gz" -C "$src" --strip-components=1
+  fi
+  cd "$src"
+  mkdir -p .go/src/k8s.io
+  [ -e .go/src/k8s.io/kubernetes ] || ln -s ../../.. .go/src/k8s.io/kubernetes
+  log "building kube-apiserver, kube-controller-manager, kube-scheduler, kubectl (about 5 minutes on 2 cores, once)"
+  GOPATH=$src/.go CGO_ENABLED=0 GOPROXY=off \
+    make WHAT="cmd/kube-apiserver cmd/kube-controller-manager cmd/kube-scheduler cmd/kubectl" >"$build/make.log" 2>&1 \
+    || { tail -n 40 "$build/make.log" >&2; log "control-plane build failed; full log: $build/make.log"; exit 1; }
+  mkdir -p "$bin_dir"
+  for b in kube-apiserver kube-controller-manager kube-scheduler kubectl; do
+    cp "_output/bin/$b" "$bin_dir/$b.tmp" && mv "$bin_dir/$b.tmp" "$bin_dir/$b"
+  done
+  cd "$here"
+  rm -rf "$src/_output"
+fi
+
+cd "$here"
+log "syncing the Python environment (uv)"
+uv sync --quiet --python "$(command -v python3.11 || command -v python3)"
