@@ -1,0 +1,81 @@
+"""Plain (non-streaming) calls to an OpenAI-compatible server, errors mapped once here.
+
+httpx exceptions and non-2xx answers become `ServerError` naming the URL, what was expected
+and what came back; the original exception is chained.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+
+from gates.errors import ServerError
+
+
+def make_client(base_url: str, *, timeout_s: float) -> httpx.AsyncClient:
+    """A plain client for loopback servers; ignores proxy environment variables."""
+    return httpx.AsyncClient(base_url=base_url, timeout=timeout_s, trust_env=False)
+
+
+async def get_json(client: httpx.AsyncClient, path: str) -> dict[str, Any]:
+    return await _call(client, "GET", path, None)
+
+
+async def post_json(client: httpx.AsyncClient, path: str, body: dict[str, Any]) -> dict[str, Any]:
+    return await _call(client, "POST", path, body)
+
+
+async def post_json_if_present(
+    client: httpx.AsyncClient, path: str, body: dict[str, Any]
+) -> dict[str, Any] | None:
+    """Like `post_json`, but None when the server has no such endpoint (HTTP 404)."""
+    return await _call(client, "POST", path, body, missing_ok=True)
+
+
+async def _call(
+    client: httpx.AsyncClient,
+    method: str,
+    path: str,
+    body: dict[str, Any] | None,
+    *,
+    missing_ok: bool = False,
+) -> Any:
+    url = f"{client.base_url}{path.lstrip('/')}"
+    try:
+        response = await client.request(method, path, json=body)
+    except httpx.HTTPError as exc:
+        raise ServerError(
+            f"{method} {url} failed ({type(exc).__name__}: {exc}); check that the server is "
+            "running and listening on that address"
+        ) from exc
+    if response.status_code == 404 and missing_ok:
+        return None
+    if response.status_code != 200:
+        raise ServerError(
+            f"{method} {url} answered HTTP {response.status_code}, expected 200: "
+            f"{response.text[:300]}"
+        )
+    try:
+        payload = response.json()
+    except ValueError as exc:
+        raise ServerError(f"{method} {url} answered non-JSON: {response.text[:200]!r}") from exc
+    if not isinstance(payload, dict):
+        raise ServerError(f"{method} {url} answered {type(payload).__name__}, expected an object")
+    return payload
+
+
+async def list_model_ids(client: httpx.AsyncClient) -> list[str]:
+    """Model ids from `/v1/models`, in the server's order."""
+    payload = await get_json(client, "/v1/models")
+    return [str(entry.get("id")) for entry in payload.get("data") or []]
+
+
+async def resolve_model_id(client: httpx.AsyncClient, model_id: str | None) -> str:
+    """`model_id` if given, else the server's first listed model."""
+    if model_id is not None:
+        return model_id
+    ids = await list_model_ids(client)
+    if not ids:
+        raise ServerError(f"{client.base_url}v1/models lists no model; pass the model id")
+    return ids[0]

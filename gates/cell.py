@@ -1,0 +1,142 @@
+"""Figures for one side (candidate or baseline) at one concurrency level."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+import numpy as np
+from pydantic import BaseModel
+
+from gates.load import Run
+from gates.metrics import (
+    NS_PER_MS,
+    LatencySummary,
+    RequestMetrics,
+    compute_request_metrics,
+    little_predicted_tok_s,
+    summarise,
+)
+from gates.settings import Slo
+
+MAX_ERROR_KINDS = 5
+
+
+@dataclass(frozen=True)
+class CellSamples:
+    """Per-request metrics of the successful requests of one cell, plus failure counts."""
+
+    metrics: list[RequestMetrics]
+    n_requests: int
+    errors: Counter[str]
+    duration_s: float
+
+    @classmethod
+    def from_runs(cls, runs: list[Run]) -> CellSamples:
+        records = [record for run in runs for record in run.records]
+        metrics = [m for r in records if (m := compute_request_metrics(r)) is not None]
+        errors = Counter(_error_kind(r.error) for r in records if r.error is not None)
+        errors.update("no token events" for r in records if r.error is None and not r.ok)
+        return cls(metrics, len(records), errors, sum(run.duration_s for run in runs))
+
+    def values_ms(self, field: str) -> np.ndarray:
+        """One value per request: `ttft`, `e2el` or `tpot` in ms."""
+        if field == "tpot":
+            return np.array([t for m in self.metrics if (t := m.tpot_ms) is not None])
+        return np.array([getattr(m, f"{field}_ns") / NS_PER_MS for m in self.metrics])
+
+    def itl_ms(self) -> list[np.ndarray]:
+        """Each request's gaps, one array per request (the bootstrap resamples requests)."""
+        return [np.asarray(m.itl_ns, dtype=float) / NS_PER_MS for m in self.metrics if m.itl_ns]
+
+    def output_tokens(self) -> int:
+        return sum(m.n_out for m in self.metrics)
+
+
+def _error_kind(error: str) -> str:
+    return error.split(":", 1)[0][:120]
+
+
+class LittleCheck(BaseModel):
+    """Measured throughput against C·N̄ / (TTFT̄ + (N̄−1)·TPOT̄); far from 1 means idle gaps
+    in the load or per-chunk (not per-token) timing."""
+
+    predicted_tok_s: float
+    measured_tok_s: float
+
+    @property
+    def ratio(self) -> float:
+        return self.measured_tok_s / self.predicted_tok_s
+
+
+class CellFigures(BaseModel):
+    label: str
+    concurrency: int
+    n_requests: int
+    n_ok: int
+    n_failed: int
+    errors: dict[str, int]
+    ttft_ms: LatencySummary | None
+    tpot_ms: LatencySummary | None
+    itl_ms: LatencySummary | None
+    e2el_ms: LatencySummary | None
+    queue_ms: LatencySummary | None
+    tokens_per_event: LatencySummary | None
+    output_tokens: int
+    duration_s: float
+    throughput_tok_s: float | None
+    goodput_req_s: float | None
+    little: LittleCheck | None
+
+
+def summarise_cell(samples: CellSamples, *, label: str, concurrency: int, slo: Slo) -> CellFigures:
+    metrics = samples.metrics
+    tpot = summarise(samples.values_ms("tpot"))
+    ttft = summarise(samples.values_ms("ttft"))
+    itl = [gap for gaps in samples.itl_ms() for gap in gaps]
+    throughput = samples.output_tokens() / samples.duration_s if samples.duration_s > 0 else None
+    little = None
+    if throughput and tpot and ttft:
+        predicted = little_predicted_tok_s(
+            concurrency=concurrency,
+            mean_n_out=float(np.mean([m.n_out for m in metrics])),
+            mean_ttft_ms=ttft.mean,
+            mean_tpot_ms=tpot.mean,
+        )
+        little = LittleCheck(predicted_tok_s=predicted, measured_tok_s=throughput)
+    return CellFigures(
+        label=label,
+        concurrency=concurrency,
+        n_requests=samples.n_requests,
+        n_ok=len(metrics),
+        n_failed=samples.n_requests - len(metrics),
+        errors=dict(samples.errors.most_common(MAX_ERROR_KINDS)),
+        ttft_ms=ttft,
+        tpot_ms=tpot,
+        itl_ms=summarise(itl),
+        e2el_ms=summarise(samples.values_ms("e2el")),
+        queue_ms=summarise([m.queue_ns / NS_PER_MS for m in metrics]),
+        tokens_per_event=summarise([m.tokens_per_event for m in metrics]),
+        output_tokens=samples.output_tokens(),
+        duration_s=samples.duration_s,
+        throughput_tok_s=throughput,
+        goodput_req_s=_goodput(samples, slo),
+        little=little,
+    )
+
+
+def _goodput(samples: CellSamples, slo: Slo) -> float | None:
+    """Requests meeting every SLO per second; None when no SLO is set."""
+    limits = {"ttft": slo.ttft_ms, "tpot": slo.tpot_ms, "e2el": slo.e2el_ms}
+    limits = {name: limit for name, limit in limits.items() if limit is not None}
+    if not limits or samples.duration_s <= 0:
+        return None
+    good = sum(
+        all((_metric_ms(m, name) or 0.0) <= limit for name, limit in limits.items())
+        for m in samples.metrics
+    )
+    return good / samples.duration_s
+
+
+def _metric_ms(metrics: RequestMetrics, name: str) -> float | None:
+    return metrics.tpot_ms if name == "tpot" else getattr(metrics, f"{name}_ns") / NS_PER_MS

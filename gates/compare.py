@@ -1,0 +1,184 @@
+"""Decide, per metric, whether the candidate regressed against the baseline (pure).
+
+A metric regresses only when both hold (notes/gates.md, "deciding a regression"):
+- one-sided Mann-Whitney U on per-request values says the candidate is worse (p < alpha), and
+- the whole bootstrap interval of candidate/baseline lies past the practical margin.
+The margin keeps CPU noise on a shared machine from failing a candidate identical to its
+baseline; the interval keeps a lucky point estimate from failing it either.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+from pydantic import BaseModel
+
+from gates import stats
+from gates.cell import CellSamples
+from gates.settings import LatencySettings, Slo
+
+MetricName = Literal["tpot", "ttft", "itl_p99", "throughput"]
+Outcome = Literal["regressed", "no regression", "no verdict"]
+
+
+class Comparison(BaseModel):
+    metric: MetricName
+    worse_when: Literal["higher", "lower"]
+    margin: float
+    ratio: float | None = None
+    ratio_low: float | None = None
+    ratio_high: float | None = None
+    p_value: float | None = None
+    outcome: Outcome
+    reason: str
+
+
+@dataclass(frozen=True)
+class _MetricSpec:
+    name: MetricName
+    worse_when: Literal["higher", "lower"]
+    units: Callable[[CellSamples], list[np.ndarray]]  # what the bootstrap resamples
+    statistic: stats.Statistic
+    per_request: Callable[[CellSamples], np.ndarray]  # what Mann-Whitney ranks
+
+
+def _scalar_units(field: str) -> Callable[[CellSamples], list[np.ndarray]]:
+    return lambda cell: [np.array([v]) for v in cell.values_ms(field)]
+
+
+def _throughput_units(cell: CellSamples) -> list[np.ndarray]:
+    # Closed loop: throughput ∝ Σ N_out / Σ E2EL, so a unit carries both (tokens, ms).
+    return [np.array([m.n_out, m.e2el_ns / 1e6]) for m in cell.metrics]
+
+
+def _throughput(values: np.ndarray) -> float:
+    return float(values[0::2].sum() / values[1::2].sum())
+
+
+_SPECS = (
+    _MetricSpec(
+        "tpot", "higher", _scalar_units("tpot"), stats.median, lambda c: c.values_ms("tpot")
+    ),
+    _MetricSpec(
+        "ttft", "higher", _scalar_units("ttft"), stats.median, lambda c: c.values_ms("ttft")
+    ),
+    _MetricSpec(
+        "itl_p99",
+        "higher",
+        lambda c: c.itl_ms(),
+        stats.p99,
+        lambda c: np.array([stats.p99(gaps) for gaps in c.itl_ms()]),
+    ),
+    _MetricSpec(
+        "throughput",
+        "lower",
+        _throughput_units,
+        _throughput,
+        lambda c: np.array([m.n_out / m.e2el_ns for m in c.metrics]),
+    ),
+)
+
+
+def compare_cells(
+    candidate: CellSamples, baseline: CellSamples, settings: LatencySettings
+) -> list[Comparison]:
+    """One comparison per gated metric."""
+    return [_compare(spec, candidate, baseline, settings) for spec in _SPECS]
+
+
+def _compare(
+    spec: _MetricSpec, candidate: CellSamples, baseline: CellSamples, settings: LatencySettings
+) -> Comparison:
+    margin = getattr(settings.margins, spec.name)
+    head = {"metric": spec.name, "worse_when": spec.worse_when, "margin": margin}
+    cand_units, base_units = spec.units(candidate), spec.units(baseline)
+    if min(len(cand_units), len(base_units)) < settings.min_samples:
+        reason = (
+            f"{len(cand_units)} candidate and {len(base_units)} baseline samples; "
+            f"at least {settings.min_samples} a side are needed"
+        )
+        return Comparison(**head, outcome="no verdict", reason=reason)
+    interval = stats.bootstrap_ratio(
+        cand_units,
+        base_units,
+        spec.statistic,
+        confidence=settings.confidence,
+        n_resamples=settings.bootstrap_resamples,
+        seed=settings.seed,
+    )
+    worse, better = spec.per_request(candidate), spec.per_request(baseline)
+    if spec.worse_when == "lower":
+        worse, better = better, worse
+    p_value = stats.mann_whitney_greater(worse, better)
+    beyond = interval.low > margin if spec.worse_when == "higher" else interval.high < margin
+    regressed = beyond and p_value < settings.alpha
+    return Comparison(
+        **head,
+        ratio=interval.point,
+        ratio_low=interval.low,
+        ratio_high=interval.high,
+        p_value=p_value,
+        outcome="regressed" if regressed else "no regression",
+        reason=_explain(spec, interval, margin, p_value, regressed, settings.confidence),
+    )
+
+
+def _explain(
+    spec: _MetricSpec,
+    interval: stats.Interval,
+    margin: float,
+    p_value: float,
+    regressed: bool,
+    confidence: float,
+) -> str:
+    ratio = (
+        f"{spec.name} candidate/baseline {interval.point:.3f} "
+        f"({confidence:.0%} interval {interval.low:.3f}–{interval.high:.3f}), p={p_value:.2g}"
+    )
+    side = "above" if spec.worse_when == "higher" else "below"
+    if regressed:
+        return f"{ratio}: wholly {side} the margin {margin}"
+    return f"{ratio}: not wholly {side} the margin {margin} with significance"
+
+
+class SloCheck(BaseModel):
+    metric: Literal["ttft", "tpot", "e2el"]
+    limit_ms: float
+    p95_ms: float | None
+    p95_upper_ms: float | None
+    met: bool | None
+
+
+def check_slos(candidate: CellSamples, slo: Slo, settings: LatencySettings) -> list[SloCheck]:
+    """Each set SLO against the upper bound of the candidate's p95."""
+    checks = []
+    for metric in ("ttft", "tpot", "e2el"):
+        limit = getattr(slo, f"{metric}_ms")
+        if limit is None:
+            continue
+        values = candidate.values_ms(metric)
+        if values.size < settings.min_samples:
+            checks.append(
+                SloCheck(metric=metric, limit_ms=limit, p95_ms=None, p95_upper_ms=None, met=None)
+            )
+            continue
+        interval = stats.bootstrap_interval(
+            [np.array([v]) for v in values],
+            stats.p95,
+            confidence=settings.confidence,
+            n_resamples=settings.bootstrap_resamples,
+            seed=settings.seed,
+        )
+        checks.append(
+            SloCheck(
+                metric=metric,
+                limit_ms=limit,
+                p95_ms=interval.point,
+                p95_upper_ms=interval.high,
+                met=interval.high <= limit,
+            )
+        )
+    return checks

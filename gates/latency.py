@@ -1,0 +1,190 @@
+"""Latency gate: the candidate under closed-loop load, against the live baseline if given.
+
+At each concurrency level both servers get the same requests (prompts, seed, max_tokens,
+ignore_eos, temperature 0). After a warm-up that is excluded, baseline and candidate rounds
+alternate (B C, C B, B C, ...) so that drift on the machine hits both alike. Each level is then
+decided by `gates.compare` (regression against the baseline) and the optional SLOs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
+
+from gates import api
+from gates.cell import CellSamples, summarise_cell
+from gates.compare import check_slos, compare_cells
+from gates.latency_report import LatencyFigures, LevelFigures
+from gates.load import RequestShape, Run, StreamPool
+from gates.result import GateResult, verdict_of
+from gates.settings import LatencySettings
+
+LatencyResult = GateResult[LatencyFigures]
+CANDIDATE, BASELINE = "candidate", "baseline"
+
+
+@dataclass(frozen=True)
+class _Side:
+    label: str
+    url: str
+    shape: RequestShape
+
+
+def run_latency(
+    candidate_url: str,
+    baseline_url: str | None = None,
+    settings: LatencySettings | None = None,
+    *,
+    candidate_model: str | None = None,
+    baseline_model: str | None = None,
+) -> LatencyResult:
+    """Measure and decide; model ids default to the first each server lists."""
+    settings = settings or LatencySettings()
+    return asyncio.run(
+        run_latency_async(
+            candidate_url,
+            baseline_url,
+            settings,
+            candidate_model=candidate_model,
+            baseline_model=baseline_model,
+        )
+    )
+
+
+async def run_latency_async(
+    candidate_url: str,
+    baseline_url: str | None,
+    settings: LatencySettings,
+    *,
+    candidate_model: str | None = None,
+    baseline_model: str | None = None,
+) -> LatencyResult:
+    sides = [await _side(CANDIDATE, candidate_url, candidate_model, settings)]
+    if baseline_url is not None:
+        sides.append(await _side(BASELINE, baseline_url, baseline_model, settings))
+    levels = [await _measure_level(sides, c, settings) for c in settings.levels]
+    figures = LatencyFigures(
+        candidate_url=candidate_url,
+        baseline_url=baseline_url,
+        candidate_model=sides[0].shape.model,
+        baseline_model=sides[1].shape.model if len(sides) > 1 else None,
+        levels=levels,
+        settings=settings,
+    )
+    return _result(figures, has_baseline=baseline_url is not None)
+
+
+async def _side(label: str, url: str, model: str | None, settings: LatencySettings) -> _Side:
+    async with api.make_client(url, timeout_s=settings.read_timeout_s) as client:
+        model_id = await api.resolve_model_id(client, model)
+    shape = RequestShape(
+        model=model_id, max_tokens=settings.max_tokens, api=settings.api, seed=settings.seed
+    )
+    return _Side(label, url, shape)
+
+
+async def _measure_level(
+    sides: list[_Side], concurrency: int, settings: LatencySettings
+) -> LevelFigures:
+    runs = await _interleaved_runs(sides, concurrency, settings)
+    samples = {label: CellSamples.from_runs(side_runs) for label, side_runs in runs.items()}
+    cells = {
+        label: summarise_cell(s, label=label, concurrency=concurrency, slo=settings.slo)
+        for label, s in samples.items()
+    }
+    candidate, baseline = samples[CANDIDATE], samples.get(BASELINE)
+    comparisons = compare_cells(candidate, baseline, settings) if baseline else []
+    slo_checks = check_slos(candidate, settings.slo, settings)
+    level = LevelFigures(
+        concurrency=concurrency,
+        candidate=cells[CANDIDATE],
+        baseline=cells.get(BASELINE),
+        comparisons=comparisons,
+        slo_checks=slo_checks,
+        passed=None,
+        findings=[],
+    )
+    return _decide_level(level, settings)
+
+
+async def _interleaved_runs(
+    sides: list[_Side], concurrency: int, settings: LatencySettings
+) -> dict[str, list[Run]]:
+    runs: dict[str, list[Run]] = {side.label: [] for side in sides}
+    prompts, n_round = settings.prompts, settings.requests_per_round(concurrency)
+    async with AsyncExitStack() as stack:
+        pools = {
+            side.label: await stack.enter_async_context(
+                StreamPool(
+                    side.url, concurrency=concurrency, read_timeout_s=settings.read_timeout_s
+                )
+            )
+            for side in sides
+        }
+        for side in sides:  # warm-up at the measured lengths; its records are discarded
+            n_warm = settings.warmup_requests_per_stream * concurrency
+            if n_warm:
+                await pools[side.label].run(side.shape, prompts, n_requests=n_warm)
+        for round_index in range(settings.rounds):
+            order = sides if round_index % 2 == 0 else sides[::-1]
+            for side in order:
+                runs[side.label].append(
+                    await pools[side.label].run(
+                        side.shape,
+                        prompts,
+                        n_requests=n_round,
+                        label=side.label,
+                        round_index=round_index,
+                    )
+                )
+    return runs
+
+
+def _decide_level(level: LevelFigures, settings: LatencySettings) -> LevelFigures:
+    """Failures: too many failed candidate requests, a regressed metric, a missed SLO."""
+    findings, cell = [], level.candidate
+    if cell.n_requests and cell.n_failed / cell.n_requests > settings.max_failed_fraction:
+        findings.append(
+            f"{cell.n_failed} of {cell.n_requests} candidate requests failed at "
+            f"{level.concurrency} streams: {cell.errors}"
+        )
+    findings += [
+        f"{level.concurrency} streams: {c.reason}"
+        for c in level.comparisons
+        if c.outcome == "regressed"
+    ]
+    findings += [
+        f"{level.concurrency} streams: p95 {s.metric} upper bound "
+        f"{s.p95_upper_ms:.1f} ms exceeds the SLO {s.limit_ms} ms"
+        for s in level.slo_checks
+        if s.met is False
+    ]
+    decided = any(c.outcome != "no verdict" for c in level.comparisons) or any(
+        s.met is not None for s in level.slo_checks
+    )
+    return level.model_copy(
+        update={"findings": findings, "passed": verdict_of(findings, decided=decided)}
+    )
+
+
+def _result(figures: LatencyFigures, *, has_baseline: bool) -> LatencyResult:
+    findings = [f for level in figures.levels for f in level.findings]
+    passed = verdict_of(findings, decided=any(lv.passed is not None for lv in figures.levels))
+    if passed is None:
+        why = "a baseline or an SLO" if not has_baseline else "enough successful requests"
+        reason = f"no verdict: the run had no {why} to decide on; figures only"
+    elif passed:
+        reason = "no regression beyond the margins and every SLO met at every level"
+    else:
+        reason = f"{len(findings)} finding(s): " + "; ".join(findings[:3])
+    evidence = [
+        f"{lv.concurrency} streams: {e} ({n}x, {lv_cell.label})"
+        for lv in figures.levels
+        for lv_cell in (lv.candidate, lv.baseline)
+        if lv_cell
+        for e, n in lv_cell.errors.items()
+    ]
+    return LatencyResult(
+        name="latency", passed=passed, reason=reason, figures=figures, evidence=findings + evidence
+    )

@@ -1,0 +1,116 @@
+"""Figures of the latency gate and their markdown rendering."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from pydantic import BaseModel
+
+from gates.cell import CellFigures
+from gates.compare import Comparison, SloCheck
+from gates.metrics import LatencySummary
+from gates.result import Figures
+from gates.settings import LatencySettings
+
+
+class LevelFigures(BaseModel):
+    concurrency: int
+    candidate: CellFigures
+    baseline: CellFigures | None
+    comparisons: list[Comparison]
+    slo_checks: list[SloCheck]
+    passed: bool | None
+    findings: list[str]
+
+
+class LatencyFigures(Figures):
+    candidate_url: str
+    baseline_url: str | None
+    candidate_model: str
+    baseline_model: str | None
+    levels: list[LevelFigures]
+    settings: LatencySettings
+
+    def markdown(self) -> str:
+        parts = [
+            f"Candidate `{self.candidate_model}` at {self.candidate_url}"
+            + (
+                f", baseline `{self.baseline_model}` at {self.baseline_url}"
+                if self.baseline_url
+                else ", no baseline"
+            )
+            + f"; {self.settings.max_tokens} output tokens per request."
+        ]
+        for level in self.levels:
+            parts += ["", render_level(level)]
+        return "\n".join(parts)
+
+
+def _fmt(summary: LatencySummary | None, *fields: str) -> str:
+    if summary is None:
+        return "no samples"
+    return " / ".join(f"{getattr(summary, name):.2f}" for name in fields)
+
+
+def _number(value: float | None, digits: int = 1) -> str:
+    return "n/a" if value is None else f"{value:.{digits}f}"
+
+
+def _little(cell: CellFigures) -> str:
+    if cell.little is None:
+        return "n/a"
+    return (
+        f"{cell.little.measured_tok_s:.1f} / {cell.little.predicted_tok_s:.1f} "
+        f"({cell.little.ratio:.2f})"
+    )
+
+
+_ROWS: list[tuple[str, Callable[[CellFigures], str]]] = [
+    ("requests ok / failed", lambda c: f"{c.n_ok} / {c.n_failed}"),
+    ("TTFT ms p50 / p95 / p99", lambda c: _fmt(c.ttft_ms, "p50", "p95", "p99")),
+    ("TPOT ms mean / p50 / p95", lambda c: _fmt(c.tpot_ms, "mean", "p50", "p95")),
+    ("ITL ms p50 / p99", lambda c: _fmt(c.itl_ms, "p50", "p99")),
+    ("E2EL ms p50 / p95", lambda c: _fmt(c.e2el_ms, "p50", "p95")),
+    ("tokens per event mean", lambda c: _fmt(c.tokens_per_event, "mean")),
+    ("client queue ms p50 / p99", lambda c: _fmt(c.queue_ms, "p50", "p99")),
+    ("throughput tok/s", lambda c: _number(c.throughput_tok_s)),
+    ("goodput req/s", lambda c: _number(c.goodput_req_s, 2)),
+    ("Little's law tok/s measured / predicted", _little),
+]
+
+
+def render_level(level: LevelFigures) -> str:
+    verdict = {True: "pass", False: "FAIL", None: "no verdict"}[level.passed]
+    cells = [level.candidate] + ([level.baseline] if level.baseline else [])
+    header = "| " + " | ".join(["", *(c.label for c in cells)]) + " |"
+    lines = [
+        f"### {level.concurrency} streams: {verdict}",
+        "",
+        header,
+        "|" + "---|" * (len(cells) + 1),
+    ]
+    lines += [
+        "| " + " | ".join([name, *(render(c) for c in cells)]) + " |" for name, render in _ROWS
+    ]
+    if level.comparisons:
+        lines += [
+            "",
+            "| metric | ratio | interval | p | margin | outcome |",
+            "|---|---|---|---|---|---|",
+        ]
+        lines += [_comparison_row(c) for c in level.comparisons]
+    lines += [
+        f"- SLO p95 {s.metric}: upper bound {_number(s.p95_upper_ms)} ms, limit "
+        f"{s.limit_ms} ms, {'met' if s.met else 'no verdict' if s.met is None else 'MISSED'}"
+        for s in level.slo_checks
+    ]
+    return "\n".join(lines)
+
+
+def _comparison_row(c: Comparison) -> str:
+    interval = "n/a" if c.ratio_low is None else f"{c.ratio_low:.3f}–{c.ratio_high:.3f}"
+    p_value = "n/a" if c.p_value is None else f"{c.p_value:.2g}"
+    return (
+        f"| {c.metric} | {_number(c.ratio, 3)} | {interval} | {p_value} | "
+        f"{c.margin} ({c.worse_when} is worse) | {c.outcome} |"
+    )

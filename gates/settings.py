@@ -1,0 +1,77 @@
+"""Gate settings with their documented defaults; the handoff spec embeds these models."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+DEFAULT_LATENCY_PROMPTS = (
+    "Write a Python function that merges two sorted lists.",
+    "Explain what a Kubernetes Service selector does.",
+    "Summarise the trade-offs of tensor parallelism on PCIe GPUs.",
+    "List three ways to detect a silent numerical regression.",
+)
+
+
+class _Settings(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Margins(_Settings):
+    """Practical margins: a difference inside them is never a regression, however certain."""
+
+    tpot: float = Field(1.05, description="fail when the median TPOT ratio is surely above")
+    ttft: float = Field(1.10, description="fail when the median TTFT ratio is surely above")
+    itl_p99: float = Field(1.10, description="fail when the p99 ITL ratio is surely above")
+    throughput: float = Field(0.95, description="fail when the throughput ratio is surely below")
+
+
+class Slo(_Settings):
+    """Absolute limits on the candidate's p95 (checked on the interval's upper bound)."""
+
+    ttft_ms: float | None = None
+    tpot_ms: float | None = None
+    e2el_ms: float | None = None
+
+
+class LatencySettings(_Settings):
+    """Load shape and decision rules of the latency gate.
+
+    Defaults finish in well under a minute against the simulated servers: per level and side,
+    3 rounds of max(concurrency, 3) requests of 32 tokens. p99 wants about 100 requests per
+    cell; raise `rounds` or `waves_per_round` where the time is available.
+    """
+
+    levels: list[int] = Field(default=[1, 16], description="concurrent streams, closed loop")
+    max_tokens: int = Field(32, ge=2, description="fixed output length (ignore_eos)")
+    api: Literal["completions", "chat"] = "completions"
+    prompts: list[str] = Field(default=list(DEFAULT_LATENCY_PROMPTS), min_length=1)
+    seed: int = 0
+    rounds: int = Field(3, ge=1, description="interleaved baseline/candidate rounds per level")
+    waves_per_round: int = Field(1, ge=1, description="requests per stream in one round")
+    min_requests_per_round: int = Field(3, ge=1)
+    warmup_requests_per_stream: int = Field(1, ge=0, description="excluded from the figures")
+    read_timeout_s: float = Field(30.0, gt=0, description="a stream silent this long has failed")
+    margins: Margins = Margins()
+    slo: Slo = Slo()
+    alpha: float = Field(0.01, description="one-sided Mann-Whitney significance level")
+    confidence: float = Field(0.98, description="two-sided bootstrap interval")
+    bootstrap_resamples: int = 2000
+    min_samples: int = Field(5, description="fewer successful requests a side: no verdict")
+    max_failed_fraction: float = Field(0.0, description="share of failed requests tolerated")
+
+    def requests_per_round(self, concurrency: int) -> int:
+        return max(self.waves_per_round * concurrency, self.min_requests_per_round)
+
+
+class ParityTolerances(_Settings):
+    """Limits of the parity gate (notes/gates.md, Parity)."""
+
+    top_k: int = Field(
+        5, description="a divergence is a near-tie if each token is in the other's top-k"
+    )
+    probe_rel_tol: float = Field(1e-2, description="2e-3 for fp32 candidates, 1e-2 for half")
+    kl_mean_max: float = Field(1e-3, description="teacher-forced mean KL (nats) over top-k")
+    kl_p99_max: float = Field(1e-2, description="teacher-forced p99 KL (nats)")
+    top_token_agreement_min: float = Field(0.99, description="share of positions, same argmax")
