@@ -81,4 +81,4 @@ fi
 
 cd "$here"
 log "syncing the Python environment (uv)"
-uv sync --quiet --python "$(command -v python3.11 || command -v python3)"
+uv sync --frozen --quiet --python "$(command -v python3.11 || command -v python3)"

@@ -1,0 +1,1 @@
+"""The sandbox's simulated kubelet: nodes, their heartbeats, and the pods bound to them."""

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# The two entry points of the README, on a fresh Debian machine as root:
+#   sandbox/run.sh demo   set up (once), bring up the sandbox and run the demo handoffs
+#   sandbox/run.sh test   set up (once) and run the test suite against a real sandbox
+# Extra arguments go to `handoff demo` or pytest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+what=${1:-}
+[ $# -gt 0 ] && shift
+case "$what" in
+  demo|test) ;;
+  *) echo "usage: sandbox/run.sh demo|test [args...]" >&2; exit 2 ;;
+esac
+sandbox/setup.sh
+export DO_NOT_TRACK=1 PREFECT_SERVER_ANALYTICS_ENABLED=false
+if [ "$what" = demo ]; then
+  exec uv run --frozen handoff demo "$@"
+fi
+uv run --frozen ruff check .
+exec uv run --frozen pytest "$@"

@@ -1,0 +1,63 @@
+"""Shared fixtures: one real sandbox control plane per test session, a fresh
+namespace per test."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("DO_NOT_TRACK", "1")
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+
+
+@pytest.fixture(scope="session")
+def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SandboxState]:  # noqa: F821
+    """The sandbox brought up once for the run and down at the end."""
+    from sandbox import manager
+
+    run_dir = Path(os.environ.get("HANDOFF_TEST_SANDBOX_DIR") or tmp_path_factory.mktemp("sandbox"))
+    state, _ = manager.up(run_dir)
+    yield state
+    manager.down(run_dir)
+
+
+@pytest.fixture(scope="session")
+def kube_api(sandbox):  # type: ignore[no-untyped-def]
+    """An official-client ApiClient authenticated as the sandbox admin."""
+    from kubernetes import config
+
+    api = config.new_client_from_config(config_file=str(sandbox.kubeconfig))
+    yield api
+    api.close()
+
+
+@pytest.fixture
+def namespace(kube_api, request: pytest.FixtureRequest) -> Iterator[str]:  # type: ignore[no-untyped-def]
+    """A namespace of its own for each test, deleted afterwards."""
+    from kubernetes import client
+
+    core = client.CoreV1Api(kube_api)
+    raw = request.node.name.lower().replace("_", "-")
+    base = "".join(c for c in raw if c.isalnum() or c == "-")
+    name = f"{base[:40].strip('-')}-{uuid.uuid4().hex[:6]}"
+    core.create_namespace({"metadata": {"name": name}})
+    _wait_default_service_account(core, name)
+    yield name
+    core.delete_namespace(name)
+
+
+def _wait_default_service_account(core, namespace: str) -> None:  # type: ignore[no-untyped-def]
+    """Pods are refused until the controller-manager has made the default account."""
+    from kubernetes import watch
+
+    if core.list_namespaced_service_account(namespace).items:
+        return
+    w = watch.Watch()
+    for _ in w.stream(core.list_namespaced_service_account, namespace, timeout_seconds=30):
+        w.stop()
+        return
+    raise TimeoutError(f"no default ServiceAccount in namespace {namespace} after 30 s")
