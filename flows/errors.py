@@ -51,7 +51,14 @@ class RegistryUnavailable(TransientError):
 
 
 class ImageNotReady(PermanentError):
-    """No image passing the provenance check appeared before the deadline."""
+    """No image passing the provenance check appeared before the deadline.
+
+    ``seen`` holds what the wait observed (one record per digest), for reports.
+    """
+
+    def __init__(self, message: str, *, seen: tuple[object, ...] = ()) -> None:
+        super().__init__(message)
+        self.seen = seen
 
 
 class ImageNotFound(PermanentError):

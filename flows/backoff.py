@@ -1,0 +1,22 @@
+"""Poll scheduling: exponential backoff with jitter, capped, bounded by a deadline.
+
+Pure arithmetic (the random draw is passed in), so the schedule is tested as a table.
+Jitter only shortens a delay, never lengthens it: a poller capped at its poll interval
+therefore sees a change at most one interval after it happens.
+"""
+
+from __future__ import annotations
+
+
+def compute_delay(
+    attempt: int, *, first_s: float, cap_s: float, u: float, jitter: float = 0.5
+) -> float:
+    """Delay before poll ``attempt + 1``: ``first_s * 2**attempt`` capped at ``cap_s``,
+    scaled by ``1 - jitter * u`` for a draw ``u`` in [0, 1)."""
+    base = min(cap_s, first_s * 2.0 ** min(attempt, 60))
+    return base * (1.0 - jitter * u)
+
+
+def compute_sleep(delay_s: float, remaining_s: float) -> float:
+    """Never sleep past the deadline, never a negative time."""
+    return max(0.0, min(delay_s, remaining_s))

@@ -1,0 +1,202 @@
+"""Step: wait until the registry holds an image that contains the required fixes, then pin it.
+
+Observes the tag's digest (HEAD with the full Accept list) and, for each new digest, the
+platform config's ``org.opencontainers.image.revision``; decides with ``flows.provenance``
+whether every required commit is in that revision (ancestor or cherry-pick); changes
+nothing. Idempotent: it only reads, and returns ``repo@sha256:…`` so later steps run the
+exact image that was checked, whatever the tag points at afterwards.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import git
+from pydantic import BaseModel, ConfigDict, Field
+
+from flows import provenance
+from flows.backoff import compute_delay, compute_sleep
+from flows.errors import (
+    ImageNotFound,
+    ImageNotReady,
+    MissingRevisionLabel,
+    ProvenanceError,
+    TransientError,
+)
+from flows.oci import LABEL_REVISION, LABEL_SOURCE, ImageInfo, RegistryClient
+from flows.oci_auth import RegistryAuth, load_credentials
+from flows.oci_ref import ImageRef
+
+
+class ImageRequirement(BaseModel):
+    """Which image to wait for and what it must contain."""
+
+    model_config = ConfigDict(frozen=True)
+
+    repo: str  # registry/repository, e.g. 127.0.0.1:5000/riotpiao-poimen/candle-vllm
+    tag: str
+    source: str  # git URL or path of the repository the image is built from
+    requires: list[str] = Field(default_factory=list)  # commits the image must contain
+    timeout_s: float = Field(default=7200.0, gt=0)
+    poll_interval_s: float = Field(default=10.0, gt=0)
+    platform: str = "linux/amd64"
+    git_cache: Path | None = None  # default: provenance.default_cache_root()
+    secret_block: str | None = None  # Prefect Secret with registry credentials
+
+    @property
+    def image(self) -> ImageRef:
+        return ImageRef.parse(f"{self.repo}:{self.tag}")
+
+
+class Sighting(BaseModel):
+    """One digest (or absence of one) the tag was seen at, and the verdict on it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    digest: str | None
+    revision: str | None = None
+    accepted: bool
+    reason: str
+
+
+class PinnedImage(BaseModel):
+    """The image to deploy, by digest, with the evidence that it contains the fixes."""
+
+    model_config = ConfigDict(frozen=True)
+
+    ref: str  # registry/repository@sha256:…
+    digest: str
+    tag: str
+    revision: str
+    source_label: str | None
+    platform_digest: str  # the platform manifest inside an index (= digest otherwise)
+    fixes: list[provenance.FixEvidence]
+    seen: list[Sighting] = Field(default_factory=list)
+
+
+def check_image(requirement: ImageRequirement) -> PinnedImage:
+    """One look at the tag: the pinned image, or the error saying why it is not acceptable."""
+    with _client(requirement) as client:
+        repo = provenance.open_mirror(requirement.source, cache_root=requirement.git_cache)
+        ref = requirement.image
+        info = client.read_image(ref.repository, ref.reference, platform=requirement.platform)
+        return _evaluate(requirement, repo, info)
+
+
+def wait_for_image(
+    requirement: ImageRequirement, *, on_seen: Callable[[Sighting], None] | None = None
+) -> PinnedImage:
+    """Poll until the tag points at an acceptable image; ``ImageNotReady`` at the deadline.
+
+    ``on_seen`` is called once per new digest (and per change of a transient failure).
+    """
+    deadline = time.monotonic() + requirement.timeout_s
+    report = on_seen or (lambda sighting: None)
+    seen: list[Sighting] = []
+    verdicts: dict[str, Sighting] = {}
+    with _client(requirement) as client:
+        repo = provenance.open_mirror(requirement.source, cache_root=requirement.git_cache)
+        provenance.resolve_commits(repo, requirement.requires, source=requirement.source)
+        for attempt in itertools.count():
+            sighting, pinned = _poll(requirement, client, repo, verdicts)
+            if not seen or sighting != seen[-1]:
+                seen.append(sighting)
+                report(sighting)
+            if pinned is not None:
+                return pinned.model_copy(update={"seen": seen})
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            time.sleep(compute_sleep(_delay(requirement, attempt), remaining))
+    raise _not_ready(requirement, seen)
+
+
+def _delay(requirement: ImageRequirement, attempt: int) -> float:
+    # Start at an eighth of the interval so a freshly published image is seen quickly.
+    interval = requirement.poll_interval_s
+    return compute_delay(attempt, first_s=interval / 8, cap_s=interval, u=random.random())
+
+
+def _poll(
+    requirement: ImageRequirement,
+    client: RegistryClient,
+    repo: git.Repo,
+    verdicts: dict[str, Sighting],
+) -> tuple[Sighting, PinnedImage | None]:
+    """One observation; a digest already judged is not fetched or judged again.
+
+    A rejected digest is a sighting, not an error: the tag may move on to a good image.
+    A registry or auth failure that retrying cannot fix propagates.
+    """
+    ref = requirement.image
+    try:
+        digest = client.resolve(ref.repository, ref.tag)
+        if digest is None:
+            return Sighting(digest=None, accepted=False, reason=f"tag {ref} does not exist"), None
+        if digest in verdicts:
+            return verdicts[digest], None
+        info = client.read_image(ref.repository, digest, platform=requirement.platform)
+    except TransientError as exc:
+        return Sighting(digest=None, accepted=False, reason=str(exc)), None
+    except ImageNotFound as exc:  # e.g. an index without our platform
+        verdicts[digest] = Sighting(digest=digest, accepted=False, reason=str(exc))
+        return verdicts[digest], None
+    return _judge(requirement, repo, info, verdicts)
+
+
+def _judge(
+    requirement: ImageRequirement, repo: git.Repo, info: ImageInfo, verdicts: dict[str, Sighting]
+) -> tuple[Sighting, PinnedImage | None]:
+    revision = info.labels.get(LABEL_REVISION)
+    try:
+        pinned = _evaluate(requirement, repo, info)
+    except ProvenanceError as exc:
+        rejected = Sighting(digest=info.digest, revision=revision, accepted=False, reason=str(exc))
+        verdicts[info.digest] = rejected
+        return rejected, None
+    reason = "contains " + ", ".join(f"{f.commit[:12]} ({f.found})" for f in pinned.fixes)
+    return Sighting(digest=info.digest, revision=revision, accepted=True, reason=reason), pinned
+
+
+def _evaluate(requirement: ImageRequirement, repo: git.Repo, info: ImageInfo) -> PinnedImage:
+    ref = requirement.image
+    revision = info.labels.get(LABEL_REVISION)
+    if not revision:
+        raise MissingRevisionLabel(
+            f"image {ref}@{info.digest} ({info.platform} config of {info.manifest_digest}) has "
+            f"no {LABEL_REVISION} label (labels: {sorted(info.labels) or 'none'}); expected "
+            "the commit it was built from. Make CI set it, e.g. docker build --label "
+            f"{LABEL_REVISION}=$GIT_SHA."
+        )
+    fixes = provenance.find_fixes(repo, revision, requirement.requires, source=requirement.source)
+    return PinnedImage(
+        ref=ref.pinned(info.digest),
+        digest=info.digest,
+        tag=requirement.tag,
+        revision=revision,
+        source_label=info.labels.get(LABEL_SOURCE),
+        platform_digest=info.manifest_digest,
+        fixes=fixes,
+    )
+
+
+def _not_ready(requirement: ImageRequirement, seen: list[Sighting]) -> ImageNotReady:
+    deadline = datetime.now(UTC).replace(microsecond=0)
+    lines = [f"  {s.digest or '(no digest)'}: {s.reason}" for s in seen] or ["  (none)"]
+    return ImageNotReady(
+        f"no image {requirement.image} containing {', '.join(requirement.requires) or 'any'} "
+        f"appeared within {timedelta(seconds=requirement.timeout_s)} (deadline passed at "
+        f"{deadline.isoformat()}); seen:\n" + "\n".join(lines) + "\nPublish an image built "
+        "after the fix (or raise the timeout) and run the step again.",
+        seen=tuple(seen),
+    )
+
+
+def _client(requirement: ImageRequirement) -> RegistryClient:
+    auth = RegistryAuth(load_credentials(requirement.secret_block))
+    return RegistryClient(requirement.image.base_url, auth=auth)
