@@ -106,18 +106,17 @@ class TeacherForcedFigures(BaseModel):
 
 def compare_teacher_forced(
     golden: list[TokenStep], candidate: list[TokenStep]
-) -> TeacherForcedFigures:
-    """KL(golden || candidate) per position over the golden's top-k plus an "other" bucket.
+) -> TeacherForcedFigures | None:
+    """KL(golden || candidate) per position over the golden's top-k plus an "other" bucket;
+    None when the two tokenised the reference text differently (then they are not the same
+    model, and the caller reports it).
 
     Only top-k logprobs are known, so a token missing from the candidate's list gets the
     smallest probability the candidate listed (an upper bound of its own), and "other" gets
     the mass left over; with k covering nearly all mass this is the full-vocabulary KL.
     """
-    if [s.token_id for s in golden] != [s.token_id for s in candidate]:
-        raise ValueError(
-            "teacher-forced positions differ: the two servers tokenised the "
-            "reference text differently, so they are not the same model"
-        )
+    if not golden or [s.token_id for s in golden] != [s.token_id for s in candidate]:
+        return None
     kls = np.array([position_kl(g.top, c.top) for g, c in zip(golden, candidate, strict=True)])
     agree = [
         max(g.top, key=g.top.__getitem__) == max(c.top, key=c.top.__getitem__)

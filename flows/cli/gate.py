@@ -1,5 +1,118 @@
-"""`handoff gate` commands."""
+"""`handoff gate smoke|parity|latency`: run one gate against a server and print its report.
+
+Exit codes: 0 pass, 1 fail, 2 no verdict or error.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 
-app = typer.Typer(help="gate commands", no_args_is_help=True)
+if TYPE_CHECKING:
+    from gates.result import GateResult
+    from gates.settings import LatencySettings
+
+app = typer.Typer(
+    help="Run a gate (smoke, parity, latency) against a model server.", no_args_is_help=True
+)
+
+UrlOption = Annotated[
+    str, typer.Option("--url", help="candidate server, e.g. http://127.0.0.1:8080")
+]
+JsonOption = Annotated[bool, typer.Option("--json", help="print the result as JSON")]
+EXIT_CODES = {True: 0, False: 1, None: 2}
+
+
+def _emit(result: GateResult, *, as_json: bool) -> None:
+    from rich.console import Console
+    from rich.markdown import Markdown
+
+    if as_json:
+        typer.echo(result.model_dump_json(indent=2))
+    else:
+        Console().print(Markdown(result.markdown()))
+    raise typer.Exit(EXIT_CODES[result.passed])
+
+
+def _fail_with_error(message: str) -> NoReturn:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(2)
+
+
+@app.command()
+def smoke(
+    url: UrlOption,
+    model: Annotated[str, typer.Option(help="model id /v1/models must list")],
+    deadline: Annotated[float, typer.Option(help="seconds for the whole check")] = 30.0,
+    as_json: JsonOption = False,
+) -> None:
+    """The server lists MODEL and answers one completion within the deadline."""
+    from gates.smoke import run_smoke
+
+    _emit(run_smoke(url, model_id=model, deadline_s=deadline), as_json=as_json)
+
+
+@app.command()
+def parity(
+    url: UrlOption,
+    golden: Annotated[Path, typer.Option(help="golden file from `handoff golden record`")],
+    model: Annotated[str | None, typer.Option(help="model id (default: the golden's)")] = None,
+    top_k: Annotated[int, typer.Option(help="near-tie rule: each token in the other's top-k")] = 5,
+    probe_rel_tol: Annotated[float, typer.Option(help="relative tolerance of probes")] = 1e-2,
+    as_json: JsonOption = False,
+) -> None:
+    """Greedy tokens, teacher-forced logprobs, probes and heads against a golden file."""
+    from gates.errors import GoldenError
+    from gates.golden_format import Golden
+    from gates.parity import run_parity
+    from gates.settings import ParityTolerances
+
+    try:
+        reference = Golden.load(golden)
+    except GoldenError as exc:
+        _fail_with_error(str(exc))
+    tolerances = ParityTolerances(top_k=top_k, probe_rel_tol=probe_rel_tol)
+    _emit(run_parity(url, reference, tolerances, model_id=model), as_json=as_json)
+
+
+@app.command()
+def latency(
+    url: UrlOption,
+    baseline: Annotated[str | None, typer.Option(help="live server to compare with")] = None,
+    levels: Annotated[str, typer.Option(help="comma-separated concurrency levels")] = "1,16",
+    max_tokens: Annotated[int, typer.Option(help="output tokens per request")] = 32,
+    rounds: Annotated[int, typer.Option(help="interleaved rounds per level")] = 3,
+    settings: Annotated[
+        Path | None, typer.Option(help="YAML/JSON LatencySettings; overrides the options")
+    ] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Closed-loop load at each level; regressions against --baseline and SLOs fail."""
+    from gates.errors import GateError
+    from gates.latency import run_latency
+
+    chosen = _latency_settings(settings, levels=levels, max_tokens=max_tokens, rounds=rounds)
+    try:
+        result = run_latency(url, baseline, chosen)
+    except GateError as exc:
+        _fail_with_error(str(exc))
+    _emit(result, as_json=as_json)
+
+
+def _latency_settings(
+    path: Path | None, *, levels: str, max_tokens: int, rounds: int
+) -> LatencySettings:
+    import yaml
+    from pydantic import ValidationError
+
+    from gates.settings import LatencySettings
+
+    try:
+        if path is not None:
+            return LatencySettings.model_validate(yaml.safe_load(path.read_text()) or {})
+        parsed = [int(level) for level in levels.split(",") if level.strip()]
+        return LatencySettings(levels=parsed, max_tokens=max_tokens, rounds=rounds)
+    except (OSError, ValueError, ValidationError, yaml.YAMLError) as exc:
+        _fail_with_error(f"invalid latency settings ({path or 'options'}): {exc}")

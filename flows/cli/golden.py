@@ -1,5 +1,67 @@
-"""`handoff golden` commands."""
+"""`handoff golden record|show`: record a reference server's outputs for the parity gate."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
 
 import typer
 
-app = typer.Typer(help="golden commands", no_args_is_help=True)
+app = typer.Typer(help="Record and inspect golden reference outputs.", no_args_is_help=True)
+
+
+@app.command()
+def record(
+    url: Annotated[str, typer.Option(help="reference server, e.g. http://127.0.0.1:8080")],
+    prompts: Annotated[Path, typer.Option(help="JSON Lines prompt set")],
+    out: Annotated[Path, typer.Option(help="golden file to write")],
+    model: Annotated[str | None, typer.Option(help="model id (default: first listed)")] = None,
+    max_tokens: Annotated[int, typer.Option(help="tokens per prompt")] = 32,
+    top_k: Annotated[int, typer.Option(help="logprobs recorded per position")] = 8,
+) -> None:
+    """Greedy token ids, top-k logprobs, teacher-forced reference, probes and heads."""
+    from gates.errors import GateError
+    from gates.golden import record_golden
+    from gates.golden_format import GoldenSettings
+
+    try:
+        golden = record_golden(
+            url,
+            prompts,
+            model_id=model,
+            settings=GoldenSettings(max_tokens=max_tokens, top_k=top_k),
+        )
+    except GateError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    golden.save(out)
+    n_tokens = sum(len(c.steps) for c in golden.outputs.completions)
+    typer.echo(
+        f"recorded {len(golden.outputs.completions)} prompts ({n_tokens} tokens) from "
+        f"{golden.model_id!r} at {url} into {out}"
+    )
+
+
+@app.command()
+def show(path: Annotated[Path, typer.Argument(help="golden file")]) -> None:
+    """Summarise a golden file."""
+    from gates.errors import GoldenError
+    from gates.golden_format import Golden
+
+    try:
+        golden = Golden.load(path)
+    except GoldenError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    outputs = golden.outputs
+    typer.echo(
+        f"{path}: {golden.format}, model {golden.model_id!r} recorded "
+        f"{golden.recorded_at} from {golden.source_url}"
+    )
+    typer.echo(
+        f"  {len(outputs.completions)} prompts, "
+        f"{sum(len(c.steps) for c in outputs.completions)} tokens, "
+        f"{len(outputs.reference)} teacher-forced positions, top-k {golden.settings.top_k}"
+    )
+    typer.echo(f"  probes: {outputs.probes}")
+    typer.echo(f"  heads: {outputs.heads}")

@@ -1,0 +1,129 @@
+"""Figures of the parity gate, the findings that fail it, and their markdown rendering."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from gates.parity_compare import HeadCheck, ProbeCheck, PromptParity, TeacherForcedFigures
+from gates.result import Figures
+from gates.settings import ParityTolerances
+
+MAX_DIVERGENCE_ROWS = 20
+
+
+class ParityFigures(Figures):
+    golden_model: str
+    candidate_model: str
+    candidate_url: str
+    prompts: list[PromptParity] = Field(default_factory=list)
+    teacher_forced: TeacherForcedFigures | None = None
+    probes: list[ProbeCheck] = Field(default_factory=list)
+    heads: list[HeadCheck] = Field(default_factory=list)
+
+    @property
+    def n_tokens_golden(self) -> int:
+        return sum(p.n_golden_tokens for p in self.prompts)
+
+    @property
+    def n_tokens_identical(self) -> int:
+        return sum(p.n_identical for p in self.prompts)
+
+    def failures(self, tolerances: ParityTolerances) -> list[str]:
+        """Every reason this candidate is not at parity; empty when it is."""
+        found = [
+            p.divergence.describe(p.prompt_id)
+            for p in self.prompts
+            if p.divergence and not p.passed
+        ]
+        found += self._teacher_forced_failures(tolerances)
+        found += [
+            f"probe {c.name}: golden {c.golden:.6g}, candidate {c.candidate}, relative "
+            f"error {c.relative_error} above {tolerances.probe_rel_tol}"
+            for c in self.probes
+            if not c.passed
+        ]
+        found += [
+            f"head {h.name}: golden {h.golden!r}, candidate {h.candidate!r}"
+            for h in self.heads
+            if not h.passed
+        ]
+        return found
+
+    def _teacher_forced_failures(self, tolerances: ParityTolerances) -> list[str]:
+        tf = self.teacher_forced
+        if tf is None:
+            return [
+                "teacher-forced reference: positions differ from the golden's (another "
+                "tokeniser or an empty answer), so the candidate is not the same model"
+            ]
+        found = []
+        if tf.kl_mean > tolerances.kl_mean_max:
+            found.append(f"teacher-forced mean KL {tf.kl_mean:.3g} above {tolerances.kl_mean_max}")
+        if tf.kl_p99 > tolerances.kl_p99_max:
+            found.append(f"teacher-forced p99 KL {tf.kl_p99:.3g} above {tolerances.kl_p99_max}")
+        if tf.top_token_agreement < tolerances.top_token_agreement_min:
+            found.append(
+                f"teacher-forced top-token agreement {tf.top_token_agreement:.1%} below "
+                f"{tolerances.top_token_agreement_min:.1%}"
+            )
+        return found
+
+    def markdown(self) -> str:
+        lines = [
+            f"Candidate `{self.candidate_model}` at {self.candidate_url} against golden "
+            f"`{self.golden_model}`: {self.n_tokens_identical}/{self.n_tokens_golden} "
+            f"golden tokens identical over {len(self.prompts)} prompts."
+        ]
+        lines += self._divergence_table() + self._teacher_forced_lines() + self._check_table()
+        return "\n".join(lines)
+
+    def _divergence_table(self) -> list[str]:
+        rows = [p for p in self.prompts if p.divergence][:MAX_DIVERGENCE_ROWS]
+        if not rows:
+            return []
+        out = [
+            "",
+            "| prompt | position | golden token | candidate token | near-tie |",
+            "|---|---|---|---|---|",
+        ]
+        for p in rows:
+            d = p.divergence
+            assert d is not None
+            out.append(
+                f"| {p.prompt_id} | {d.position} | {d.golden_token} {d.golden_piece!r} "
+                f"({_lp(d.golden_logprob)}) | {d.candidate_token} {d.candidate_piece!r} "
+                f"({_lp(d.candidate_logprob)}) | {'yes' if d.is_near_tie else 'no'} |"
+            )
+        return out
+
+    def _teacher_forced_lines(self) -> list[str]:
+        tf = self.teacher_forced
+        if tf is None:
+            return ["", "Teacher-forced reference: not comparable."]
+        return [
+            "",
+            f"Teacher-forced reference ({tf.n_positions} positions): mean KL "
+            f"{tf.kl_mean:.3g}, p99 KL {tf.kl_p99:.3g}, top-token agreement "
+            f"{tf.top_token_agreement:.1%}, perplexity ratio {tf.perplexity_ratio:.4f}.",
+        ]
+
+    def _check_table(self) -> list[str]:
+        if not (self.probes or self.heads):
+            return []
+        out = ["", "| check | golden | candidate | ok |", "|---|---|---|---|"]
+        out += [
+            f"| probe {c.name} | {c.golden:.6g} | {c.candidate} | {_ok(c.passed)} |"
+            for c in self.probes
+        ]
+        out += [
+            f"| head {h.name} | {h.golden} | {h.candidate} | {_ok(h.passed)} |" for h in self.heads
+        ]
+        return out
+
+
+def _lp(logprob: float | None) -> str:
+    return "n/a" if logprob is None else f"logprob {logprob:.3f}"
+
+
+def _ok(passed: bool) -> str:
+    return "yes" if passed else "NO"

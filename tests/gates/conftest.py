@@ -1,0 +1,60 @@
+"""Fixtures that run real simulated model servers for the gate tests."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from gates.golden import record_golden
+from gates.golden_format import Golden
+from tests.gates.servers import ModelServer, start_server
+
+REPO = Path(__file__).resolve().parents[2]
+PARITY_PROMPTS = REPO / "manifests" / "prompts" / "parity.jsonl"
+
+StartServer = Callable[..., ModelServer]
+
+
+@pytest.fixture(scope="session")
+def model_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StartServer]:
+    """`model_server(profile, *args, ground_truth=False)` starts a server for the session;
+    the same arguments give the same running server. All are stopped at the end."""
+    workdir = tmp_path_factory.mktemp("modelservers")
+    running: dict[tuple[str, tuple[str, ...], bool], ModelServer] = {}
+
+    def start(profile: str, *args: str, ground_truth: bool = False) -> ModelServer:
+        key = (profile, args, ground_truth)
+        if key not in running or running[key].process.poll() is not None:
+            running[key] = start_server(
+                profile, workdir=workdir, args=args, ground_truth=ground_truth
+            )
+        return running[key]
+
+    yield start
+    for server in running.values():
+        server.stop()
+
+
+@pytest.fixture
+def fresh_server(tmp_path: Path) -> Iterator[StartServer]:
+    """Like `model_server`, but every call starts a new process, stopped after the test."""
+    started: list[ModelServer] = []
+
+    def start(profile: str, *args: str, ground_truth: bool = False) -> ModelServer:
+        started.append(
+            start_server(profile, workdir=tmp_path, args=args, ground_truth=ground_truth)
+        )
+        return started[-1]
+
+    yield start
+    for server in started:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def clef_golden(model_server: StartServer) -> Golden:
+    """Golden outputs recorded from the fp32 reference (clef-flash on pytorch)."""
+    reference = model_server("clef-flash-pytorch")
+    return record_golden(reference.url, PARITY_PROMPTS)

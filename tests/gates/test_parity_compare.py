@@ -1,0 +1,124 @@
+"""Parity comparisons (pure): greedy identity, the top-k near-tie rule at the first mismatch,
+teacher-forced KL/agreement, probes within relative tolerance and exact head answers."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from gates.golden_format import Completion, TokenStep
+from gates.parity_compare import (
+    compare_completion,
+    compare_heads,
+    compare_probes,
+    compare_teacher_forced,
+    position_kl,
+)
+
+
+def step(token: int, top: dict[int, float]) -> TokenStep:
+    return TokenStep(token_id=token, logprob=top.get(token, -20.0), top=top, piece=chr(token))
+
+
+A, B, C, D = 97, 98, 99, 100
+CONFIDENT_A = {A: -0.01, C: -5.0, D: -6.0}
+TIE_A = {A: -0.69, B: -0.70}
+TIE_B = {B: -0.69, A: -0.70}
+
+
+def completion(*steps: TokenStep) -> Completion:
+    return Completion(prompt_id="p1", text="".join(s.piece or "" for s in steps), steps=list(steps))
+
+
+COMPLETION_CASES = [
+    # (name, golden steps, candidate steps, divergence position or None, passes)
+    ("identical", [step(A, CONFIDENT_A)] * 3, [step(A, CONFIDENT_A)] * 3, None, True),
+    (
+        "near tie at 1",
+        [step(A, CONFIDENT_A), step(A, TIE_A)],
+        [step(A, CONFIDENT_A), step(B, TIE_B)],
+        1,
+        True,
+    ),
+    ("confident token lost at 0", [step(A, CONFIDENT_A)], [step(B, {B: -0.01, D: -6.0})], 0, False),
+    ("candidate stops early", [step(A, CONFIDENT_A)] * 2, [step(A, CONFIDENT_A)], 1, False),
+]
+
+
+@pytest.mark.parametrize(("name", "golden", "candidate", "position", "passes"), COMPLETION_CASES)
+def test_greedy_identity_and_top_k_rule(
+    name: str,
+    golden: list[TokenStep],
+    candidate: list[TokenStep],
+    position: int | None,
+    passes: bool,
+) -> None:
+    result = compare_completion(completion(*golden), completion(*candidate), top_k=5)
+    assert result.passed is passes, name
+    assert (result.divergence and result.divergence.position) == position
+
+
+def test_divergence_report_names_both_tokens() -> None:
+    result = compare_completion(
+        completion(step(A, CONFIDENT_A)), completion(step(B, {B: -0.01, D: -6.0})), top_k=5
+    )
+    text = result.divergence.describe("p1")
+    assert "position 0" in text and "token 97 'a'" in text and "token 98 'b'" in text
+    assert "not in each other's top-k" in text
+
+
+def test_top_k_rule_uses_only_the_k_best() -> None:
+    golden = {A: -0.1, C: -3.0, D: -4.0, B: -9.0}
+    result = compare_completion(completion(step(A, golden)), completion(step(B, TIE_B)), top_k=3)
+    assert not result.passed  # B is the golden's 4th choice
+
+
+@pytest.mark.parametrize(
+    ("golden", "candidate", "expected"),
+    [
+        (CONFIDENT_A, CONFIDENT_A, 0.0),
+        (
+            {A: math.log(0.5), B: math.log(0.5)},
+            {A: math.log(0.25), B: math.log(0.75)},
+            0.5 * math.log(2) + 0.5 * math.log(0.5 / 0.75),
+        ),
+    ],
+)
+def test_position_kl(
+    golden: dict[int, float], candidate: dict[int, float], expected: float
+) -> None:
+    assert position_kl(golden, candidate) == pytest.approx(expected, abs=1e-9)
+
+
+def test_teacher_forced_figures() -> None:
+    golden = [step(A, CONFIDENT_A), step(A, TIE_A)]
+    candidate = [step(A, CONFIDENT_A), step(A, TIE_B)]
+    figures = compare_teacher_forced(golden, candidate)
+    assert figures.top_token_agreement == 0.5
+    assert figures.kl_mean > 0
+    assert compare_teacher_forced(golden, [step(B, TIE_B), step(A, TIE_A)]) is None
+
+
+@pytest.mark.parametrize(
+    ("golden", "candidate", "rel_tol", "passes"),
+    [
+        (8647.021, 8646.982, 2e-3, True),  # the seed's beta: 4.5e-6 relative
+        (8647.021, 8560.0, 2e-3, False),
+        (0.5, 0.504, 1e-2, True),
+        (0.5, 0.51, 1e-2, False),
+    ],
+)
+def test_probe_tolerance(golden: float, candidate: float, rel_tol: float, passes: bool) -> None:
+    (check,) = compare_probes({"beta": golden}, {"beta": candidate}, rel_tol=rel_tol)
+    assert check.passed is passes
+
+
+def test_missing_probe_fails() -> None:
+    (check,) = compare_probes({"beta": 1.0}, {}, rel_tol=1e-2)
+    assert not check.passed and check.candidate is None
+
+
+def test_heads_must_match_exactly() -> None:
+    checks = compare_heads({"risk": "medium", "bucket": "2"}, {"risk": "medium", "bucket": "3"})
+    assert [(c.name, c.passed) for c in checks] == [("bucket", False), ("risk", True)]
