@@ -65,6 +65,7 @@ DECISIONS = [
         dict.fromkeys(["tpot", "ttft", "itl_p99", "throughput"], "no regression"),
     ),
     (
+        # E2EL grows from 400 to 430 ms, so closed-loop throughput drops 7 %: past 0.95
         "only TTFT 30% slower",
         1.3,
         1.0,
@@ -72,7 +73,7 @@ DECISIONS = [
             "tpot": "no regression",
             "ttft": "regressed",
             "itl_p99": "no regression",
-            "throughput": "no regression",
+            "throughput": "regressed",
         },
     ),
     ("faster", 0.7, 0.7, dict.fromkeys(["tpot", "ttft", "itl_p99", "throughput"], "no regression")),
