@@ -1,0 +1,128 @@
+"""Connect to a cluster and map its API errors to the handoff's error hierarchy.
+
+Outside a cluster the kubeconfig comes from --kubeconfig, $KUBECONFIG or
+~/.kube/config; inside one, from the pod's service account.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import HTTPError as Urllib3Error
+
+from flows.errors import PermanentError, TransientError
+
+FIELD_MANAGER = "handoff"
+
+
+class KubeError(PermanentError):
+    """The API server refused a request; retrying the same request will not help."""
+
+    def __init__(self, message: str, *, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class NotFound(KubeError):
+    """The object does not exist."""
+
+
+class Forbidden(KubeError):
+    """RBAC denies the request to the identity the flow runs as."""
+
+
+class Conflict(TransientError):
+    """The object changed since it was read (409): read it again and retry."""
+
+
+class KubeUnavailable(TransientError):
+    """The API server could not be reached or answered 5xx/429."""
+
+
+@dataclass(frozen=True)
+class Kube:
+    """Typed API groups over one authenticated connection."""
+
+    api: client.ApiClient
+    in_cluster: bool = False
+
+    @property
+    def core(self) -> client.CoreV1Api:
+        return client.CoreV1Api(self.api)
+
+    @property
+    def apps(self) -> client.AppsV1Api:
+        return client.AppsV1Api(self.api)
+
+    @property
+    def coordination(self) -> client.CoordinationV1Api:
+        return client.CoordinationV1Api(self.api)
+
+    @property
+    def server(self) -> str:
+        return str(self.api.configuration.host)
+
+    def close(self) -> None:
+        self.api.close()
+
+
+def connect(kubeconfig: Path | str | None = None) -> Kube:
+    """A client for the given kubeconfig, $KUBECONFIG, ~/.kube/config or in-cluster."""
+    path = kubeconfig or os.environ.get("KUBECONFIG")
+    if path is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
+        configuration = client.Configuration()
+        config.load_incluster_config(client_configuration=configuration)
+        return Kube(client.ApiClient(configuration), in_cluster=True)
+    path = Path(path or Path.home() / ".kube" / "config")
+    if not path.is_file():
+        raise KubeError(
+            f"no kubeconfig at {path}: pass --kubeconfig, set KUBECONFIG, "
+            "or start the sandbox with `handoff sandbox up`"
+        )
+    return Kube(config.new_client_from_config(config_file=str(path)))
+
+
+@contextlib.contextmanager
+def mapped(action: str) -> Iterator[None]:
+    """Map client exceptions raised while doing `action` to flows.errors, chained."""
+    try:
+        yield
+    except ApiException as exc:
+        raise _map(action, exc) from exc
+    except (Urllib3Error, OSError) as exc:
+        raise KubeUnavailable(
+            f"{action}: API server unreachable ({exc}); retry when it answers"
+        ) from exc
+
+
+def _map(action: str, exc: ApiException) -> Exception:
+    status = exc.status or 0
+    detail = _reason(exc)
+    if status == 409:
+        return Conflict(f"{action}: conflict ({detail}); re-read the object and retry")
+    if status == 404:
+        return NotFound(f"{action}: not found ({detail})", status=status)
+    if status in (401, 403):
+        return Forbidden(
+            f"{action}: forbidden ({detail}); grant the flow's ServiceAccount this verb "
+            "(see manifests/rbac/)",
+            status=status,
+        )
+    if status == 429 or status >= 500:
+        return KubeUnavailable(f"{action}: API server answered {status} ({detail})")
+    return KubeError(f"{action}: refused with {status} ({detail})", status=status)
+
+
+def _reason(exc: ApiException) -> str:
+    import json
+
+    try:
+        return str(json.loads(exc.body or "{}").get("message") or exc.reason)
+    except ValueError:
+        return str(exc.reason)

@@ -1,0 +1,92 @@
+"""Typed snapshots of the Kubernetes objects a handoff reads.
+
+Raw API bodies stop here: everything past `flows.kube` sees these frozen models.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+GPU = "nvidia.com/gpu"
+
+
+class _Snapshot(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+
+class ServiceSnapshot(_Snapshot):
+    name: str
+    namespace: str
+    uid: str
+    resource_version: str
+    cluster_ip: str | None
+    selector: dict[str, str]
+    annotations: dict[str, str] = Field(default_factory=dict)
+
+
+class DeploymentSnapshot(_Snapshot):
+    name: str
+    namespace: str
+    uid: str
+    resource_version: str
+    generation: int
+    observed_generation: int
+    replicas: int
+    ready_replicas: int
+    updated_replicas: int
+    selector: dict[str, str]
+    template_labels: dict[str, str]
+    gpus_per_pod: int
+    images: dict[str, str]
+    annotations: dict[str, str] = Field(default_factory=dict)
+    spec: dict[str, Any] = Field(description="the whole spec, for restoring it on rollback")
+
+
+class PodSnapshot(_Snapshot):
+    name: str
+    uid: str
+    labels: dict[str, str]
+    node: str | None
+    phase: str
+    ready: bool
+    terminating: bool
+    gpus: int
+    restart_count: int
+    owner: str | None = Field(description="name of the owning ReplicaSet, if any")
+    waiting_reasons: list[str] = Field(default_factory=list)
+    waiting_messages: list[str] = Field(default_factory=list)
+    unschedulable: str | None = Field(None, description="scheduler's message when Unschedulable")
+    last_exit: str | None = Field(None, description="reason and code of the last termination")
+    ip: str | None = None
+
+
+class NodeSnapshot(_Snapshot):
+    name: str
+    ready: bool
+    schedulable: bool
+    gpus_allocatable: int
+
+
+class EndpointsSnapshot(_Snapshot):
+    ready_pods: list[str]
+    not_ready_pods: list[str]
+
+
+def matches(selector: dict[str, str], labels: dict[str, str]) -> bool:
+    """A label selector (matchLabels form) selects these labels."""
+    return bool(selector) and all(labels.get(k) == v for k, v in selector.items())
+
+
+def container_gpus(container: dict[str, Any]) -> int:
+    resources = container.get("resources") or {}
+    for key in ("requests", "limits"):
+        value = (resources.get(key) or {}).get(GPU)
+        if value is not None:
+            return int(value)
+    return 0
+
+
+def pod_spec_gpus(pod_spec: dict[str, Any]) -> int:
+    return sum(container_gpus(c) for c in pod_spec.get("containers") or [])

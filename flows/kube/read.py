@@ -1,0 +1,186 @@
+"""Reads: typed snapshots of Services, Deployments, pods, nodes, Endpoints, events, logs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flows.kube.client import Kube, NotFound, mapped
+from flows.kube.objects import (
+    DeploymentSnapshot,
+    EndpointsSnapshot,
+    NodeSnapshot,
+    PodSnapshot,
+    ServiceSnapshot,
+    pod_spec_gpus,
+)
+
+
+def _raw(kube: Kube, obj: Any) -> dict[str, Any]:
+    return kube.api.sanitize_for_serialization(obj)  # type: ignore[no-any-return]
+
+
+def read_service(kube: Kube, namespace: str, name: str) -> ServiceSnapshot:
+    with mapped(f"read Service {namespace}/{name}"):
+        raw = _raw(kube, kube.core.read_namespaced_service(name, namespace))
+    meta, spec = raw["metadata"], raw["spec"]
+    return ServiceSnapshot(
+        name=name,
+        namespace=namespace,
+        uid=meta["uid"],
+        resource_version=meta["resourceVersion"],
+        cluster_ip=spec.get("clusterIP"),
+        selector=spec.get("selector") or {},
+        annotations=meta.get("annotations") or {},
+    )
+
+
+def deployment_snapshot(raw: dict[str, Any]) -> DeploymentSnapshot:
+    meta, spec, status = raw["metadata"], raw["spec"], raw.get("status") or {}
+    pod_spec = spec["template"]["spec"]
+    return DeploymentSnapshot(
+        name=meta["name"],
+        namespace=meta["namespace"],
+        uid=meta["uid"],
+        resource_version=meta["resourceVersion"],
+        generation=meta.get("generation", 0),
+        observed_generation=status.get("observedGeneration", 0),
+        replicas=spec.get("replicas", 1),
+        ready_replicas=status.get("readyReplicas", 0),
+        updated_replicas=status.get("updatedReplicas", 0),
+        selector=(spec.get("selector") or {}).get("matchLabels") or {},
+        template_labels=spec["template"]["metadata"].get("labels") or {},
+        gpus_per_pod=pod_spec_gpus(pod_spec),
+        images={c["name"]: c["image"] for c in pod_spec["containers"]},
+        annotations=meta.get("annotations") or {},
+        spec=spec,
+    )
+
+
+def read_deployment(kube: Kube, namespace: str, name: str) -> DeploymentSnapshot | None:
+    """The Deployment, or None when it does not exist."""
+    try:
+        with mapped(f"read Deployment {namespace}/{name}"):
+            raw = _raw(kube, kube.apps.read_namespaced_deployment(name, namespace))
+    except NotFound:
+        return None
+    return deployment_snapshot(raw)
+
+
+def pod_snapshot(raw: dict[str, Any]) -> PodSnapshot:
+    meta, spec, status = raw["metadata"], raw["spec"], raw.get("status") or {}
+    conditions = {c["type"]: c for c in status.get("conditions") or []}
+    statuses = status.get("containerStatuses") or []
+    waiting = [(s.get("state") or {}).get("waiting") for s in statuses]
+    scheduled = conditions.get("PodScheduled", {})
+    owners = [o["name"] for o in meta.get("ownerReferences") or [] if o.get("kind") == "ReplicaSet"]
+    return PodSnapshot(
+        name=meta["name"],
+        uid=meta["uid"],
+        labels=meta.get("labels") or {},
+        node=spec.get("nodeName"),
+        phase=status.get("phase", "Pending"),
+        ready=conditions.get("Ready", {}).get("status") == "True",
+        terminating=meta.get("deletionTimestamp") is not None,
+        gpus=pod_spec_gpus(spec),
+        restart_count=sum(s.get("restartCount", 0) for s in statuses),
+        owner=owners[0] if owners else None,
+        waiting_reasons=[w["reason"] for w in waiting if w and w.get("reason")],
+        waiting_messages=[w["message"] for w in waiting if w and w.get("message")],
+        unschedulable=scheduled.get("message")
+        if scheduled.get("reason") == "Unschedulable"
+        else None,
+        last_exit=_last_exit(statuses),
+        ip=status.get("podIP"),
+    )
+
+
+def _last_exit(statuses: list[dict[str, Any]]) -> str | None:
+    for s in statuses:
+        for state in (s.get("state") or {}, s.get("lastState") or {}):
+            term = state.get("terminated")
+            if term:
+                return f"{term.get('reason', 'Terminated')} (exit code {term.get('exitCode')})"
+    return None
+
+
+def list_pods(
+    kube: Kube, namespace: str, selector: dict[str, str] | None = None
+) -> list[PodSnapshot]:
+    label_selector = ",".join(f"{k}={v}" for k, v in (selector or {}).items()) or None
+    with mapped(f"list pods in {namespace}"):
+        raw = _raw(kube, kube.core.list_namespaced_pod(namespace, label_selector=label_selector))
+    return [pod_snapshot(p) for p in raw["items"]]
+
+
+def list_scheduled_pods(kube: Kube) -> list[PodSnapshot]:
+    """Every pod bound to a node, in all namespaces (for the GPU ledger)."""
+    with mapped("list pods in all namespaces"):
+        raw = _raw(kube, kube.core.list_pod_for_all_namespaces(field_selector="spec.nodeName!="))
+    return [pod_snapshot(p) for p in raw["items"]]
+
+
+def list_nodes(kube: Kube) -> list[NodeSnapshot]:
+    with mapped("list nodes"):
+        raw = _raw(kube, kube.core.list_node())
+    nodes = []
+    for item in raw["items"]:
+        status = item.get("status") or {}
+        ready = any(
+            c["type"] == "Ready" and c["status"] == "True" for c in status.get("conditions") or []
+        )
+        nodes.append(
+            NodeSnapshot(
+                name=item["metadata"]["name"],
+                ready=ready,
+                schedulable=not (item.get("spec") or {}).get("unschedulable", False),
+                gpus_allocatable=int((status.get("allocatable") or {}).get("nvidia.com/gpu", 0)),
+            )
+        )
+    return nodes
+
+
+def read_endpoints(kube: Kube, namespace: str, service: str) -> EndpointsSnapshot:
+    try:
+        with mapped(f"read Endpoints {namespace}/{service}"):
+            raw = _raw(kube, kube.core.read_namespaced_endpoints(service, namespace))
+    except NotFound:
+        return EndpointsSnapshot(ready_pods=[], not_ready_pods=[])
+    ready: list[str] = []
+    not_ready: list[str] = []
+    for subset in raw.get("subsets") or []:
+        ready += [_pod_name(a) for a in subset.get("addresses") or []]
+        not_ready += [_pod_name(a) for a in subset.get("notReadyAddresses") or []]
+    return EndpointsSnapshot(ready_pods=sorted(set(ready)), not_ready_pods=sorted(set(not_ready)))
+
+
+def _pod_name(address: dict[str, Any]) -> str:
+    ref = address.get("targetRef") or {}
+    return str(ref.get("name") or address.get("ip"))
+
+
+def recent_events(kube: Kube, namespace: str, name: str, *, limit: int = 10) -> list[str]:
+    """The latest events about the object called name, oldest first, one line each."""
+    with mapped(f"list events for {namespace}/{name}"):
+        raw = _raw(
+            kube,
+            kube.core.list_namespaced_event(
+                namespace, field_selector=f"involvedObject.name={name}"
+            ),
+        )
+    items = sorted(raw["items"], key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "")
+    return [f"{e.get('type')} {e.get('reason')}: {e.get('message')}" for e in items[-limit:]]
+
+
+def last_log_lines(
+    kube: Kube, namespace: str, pod: str, container: str, *, lines: int = 20, previous: bool = False
+) -> str:
+    """The pod's last log lines, or a note saying why there are none."""
+    try:
+        with mapped(f"read logs of {namespace}/{pod}/{container}"):
+            return str(
+                kube.core.read_namespaced_pod_log(
+                    pod, namespace, container=container, tail_lines=lines, previous=previous
+                )
+            )
+    except Exception as exc:  # logs are evidence, never a reason to fail the report
+        return f"(no logs: {exc})"

@@ -1,0 +1,144 @@
+"""Single writes, each idempotent when the cluster already matches, each with a
+server-side dry-run (`dry_run=True` sends `dryRun=All`: the apiserver validates and
+admits the write, then persists nothing)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from typing import Any
+
+from flows.kube.client import FIELD_MANAGER, Kube, mapped
+
+APPLY_PATCH = "application/apply-patch+yaml"
+MERGE_PATCH = "application/merge-patch+json"
+
+
+def _dry(dry_run: bool) -> str | None:
+    return "All" if dry_run else None
+
+
+def apply_deployment(kube: Kube, body: dict[str, Any], *, dry_run: bool = False) -> dict[str, Any]:
+    """Server-side apply of a whole Deployment manifest as the handoff's field manager."""
+    meta = body["metadata"]
+    with mapped(f"apply Deployment {meta['namespace']}/{meta['name']}"):
+        result = kube.apps.patch_namespaced_deployment(
+            meta["name"],
+            meta["namespace"],
+            body,
+            field_manager=FIELD_MANAGER,
+            force=True,
+            dry_run=_dry(dry_run),
+            _content_type=APPLY_PATCH,
+        )
+    return kube.api.sanitize_for_serialization(result)  # type: ignore[no-any-return]
+
+
+def scale_deployment(
+    kube: Kube, namespace: str, name: str, replicas: int, *, dry_run: bool = False
+) -> None:
+    with mapped(f"scale Deployment {namespace}/{name} to {replicas}"):
+        kube.apps.patch_namespaced_deployment_scale(
+            name,
+            namespace,
+            {"spec": {"replicas": replicas}},
+            dry_run=_dry(dry_run),
+            _content_type=MERGE_PATCH,
+        )
+
+
+def replace_deployment_spec(
+    kube: Kube,
+    namespace: str,
+    name: str,
+    spec: dict[str, Any],
+    *,
+    resource_version: str,
+    dry_run: bool = False,
+) -> None:
+    """Put back a whole spec (rollback of an in-place handoff), guarded by resourceVersion."""
+    with mapped(f"restore the spec of Deployment {namespace}/{name}"):
+        body = kube.api.sanitize_for_serialization(
+            kube.apps.read_namespaced_deployment(name, namespace)
+        )
+        # The caller's resourceVersion, not the one just read: a change since then is a 409.
+        body["metadata"]["resourceVersion"] = resource_version
+        body["spec"] = spec
+        body.pop("status", None)
+        kube.apps.replace_namespaced_deployment(
+            name, namespace, body, dry_run=_dry(dry_run), field_manager=FIELD_MANAGER
+        )
+
+
+def selector_patch(old: dict[str, str], new: dict[str, str]) -> dict[str, str | None]:
+    """A JSON merge patch turning selector old into new (removed keys set to null)."""
+    return {**{k: None for k in old if k not in new}, **new}
+
+
+def patch_service(
+    kube: Kube,
+    namespace: str,
+    name: str,
+    *,
+    resource_version: str | None,
+    selector: tuple[dict[str, str], dict[str, str]] | None = None,
+    annotations: dict[str, str | None] | None = None,
+    dry_run: bool = False,
+) -> dict[str, Any]:
+    """Patch a Service in place (never delete/recreate: that drops the ClusterIP).
+
+    With resource_version the apiserver refuses (409) if the Service changed since
+    it was read. selector is (old, new); annotations set, or remove with None.
+    """
+    patch: dict[str, Any] = {"metadata": {}}
+    if resource_version is not None:
+        patch["metadata"]["resourceVersion"] = resource_version
+    if annotations:
+        patch["metadata"]["annotations"] = annotations
+    if selector is not None:
+        patch["spec"] = {"selector": selector_patch(*selector)}
+    with mapped(f"patch Service {namespace}/{name}"):
+        result = kube.core.patch_namespaced_service(
+            name,
+            namespace,
+            patch,
+            dry_run=_dry(dry_run),
+            field_manager=FIELD_MANAGER,
+            _content_type=MERGE_PATCH,
+        )
+    return kube.api.sanitize_for_serialization(result)  # type: ignore[no-any-return]
+
+
+def record_event(
+    kube: Kube,
+    *,
+    namespace: str,
+    kind: str,
+    name: str,
+    uid: str,
+    reason: str,
+    message: str,
+    warning: bool = False,
+) -> None:
+    """An Event on the object, as `kubectl describe` shows it."""
+    now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    api_version = "apps/v1" if kind == "Deployment" else "v1"
+    body = {
+        "metadata": {"name": f"{name}.{uuid.uuid4().hex[:12]}", "namespace": namespace},
+        "involvedObject": {
+            "kind": kind,
+            "name": name,
+            "namespace": namespace,
+            "uid": uid,
+            "apiVersion": api_version,
+        },
+        "reason": reason,
+        "message": message[:1024],
+        "type": "Warning" if warning else "Normal",
+        "source": {"component": FIELD_MANAGER},
+        "firstTimestamp": now,
+        "lastTimestamp": now,
+        "count": 1,
+    }
+    with mapped(f"record event {reason} on {kind} {namespace}/{name}"):
+        kube.core.create_namespaced_event(namespace, body)
