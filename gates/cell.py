@@ -94,7 +94,10 @@ def summarise_cell(samples: CellSamples, *, label: str, concurrency: int, slo: S
     tpot = summarise(samples.values_ms("tpot"))
     ttft = summarise(samples.values_ms("ttft"))
     itl = [gap for gaps in samples.itl_ms() for gap in gaps]
-    throughput = samples.output_tokens() / samples.duration_s if samples.duration_s > 0 else None
+    # no successful request: no throughput figure (0 tok/s would read as a measurement)
+    throughput = (
+        samples.output_tokens() / samples.duration_s if metrics and samples.duration_s > 0 else None
+    )
     little = None
     if throughput and tpot and ttft:
         predicted = little_predicted_tok_s(

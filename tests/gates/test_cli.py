@@ -1,0 +1,90 @@
+"""`handoff golden` and `handoff gate` commands: files written and read back, reports printed,
+`--json` parseable, exit codes 0 pass, 1 fail, 2 error or no verdict."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from flows.cli import app
+from gates.golden_format import Golden
+from tests.gates.conftest import PARITY_PROMPTS, StartServer
+
+runner = CliRunner()
+
+
+def test_golden_record_then_parity_pass_and_fail(model_server: StartServer, tmp_path: Path) -> None:
+    reference = model_server("clef-flash-pytorch")
+    golden_file = tmp_path / "clef-flash.json"
+    recorded = runner.invoke(
+        app,
+        [
+            "golden",
+            "record",
+            "--url",
+            reference.url,
+            "--prompts",
+            str(PARITY_PROMPTS),
+            "--out",
+            str(golden_file),
+        ],
+    )
+    assert recorded.exit_code == 0, recorded.output
+    golden = Golden.load(golden_file)
+    assert golden.model_id == "clef-flash" and golden.outputs.completions
+    shown = runner.invoke(app, ["golden", "show", str(golden_file)])
+    assert "handoff.golden/v1" in shown.output
+
+    good = model_server("clef-flash-candle")
+    passed = runner.invoke(
+        app, ["gate", "parity", "--url", good.url, "--golden", str(golden_file), "--json"]
+    )
+    assert passed.exit_code == 0, passed.output
+    assert json.loads(passed.output)["passed"] is True
+
+    broken = model_server("clef-flash-candle", "--fault", "zero_key_band")
+    failed = runner.invoke(
+        app, ["gate", "parity", "--url", broken.url, "--golden", str(golden_file)]
+    )
+    assert failed.exit_code == 1
+    assert "parity gate: FAIL" in failed.output
+
+
+def test_smoke_exit_codes(model_server: StartServer) -> None:
+    server = model_server("clef-flash-candle")
+    ok = runner.invoke(app, ["gate", "smoke", "--url", server.url, "--model", "clef-flash"])
+    assert ok.exit_code == 0, ok.output
+    wrong = runner.invoke(app, ["gate", "smoke", "--url", server.url, "--model", "other"])
+    assert wrong.exit_code == 1
+
+
+def test_missing_golden_file_is_an_error(tmp_path: Path) -> None:
+    result = runner.invoke(
+        app,
+        [
+            "gate",
+            "parity",
+            "--url",
+            "http://127.0.0.1:9",
+            "--golden",
+            str(tmp_path / "absent.json"),
+        ],
+    )
+    assert result.exit_code == 2
+    assert "handoff golden record" in result.output
+
+
+def test_latency_settings_file_and_json(model_server: StartServer, tmp_path: Path) -> None:
+    server = model_server("gptq-30b-a3b-tp1")
+    settings = tmp_path / "latency.yaml"
+    settings.write_text("levels: [2]\nmax_tokens: 4\nrounds: 1\nslo: {tpot_ms: 1000}\n")
+    result = runner.invoke(
+        app, ["gate", "latency", "--url", server.url, "--settings", str(settings), "--json"]
+    )
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    assert report["figures"]["levels"][0]["slo_checks"][0]["met"] is True
+    bad = runner.invoke(app, ["gate", "latency", "--url", server.url, "--levels", "one"])
+    assert bad.exit_code == 2

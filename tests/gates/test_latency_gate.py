@@ -1,0 +1,80 @@
+"""Latency gate against real simulated servers: an identical candidate passes run after run,
+a 20 % slower one fails, a stalling one yields recorded errors and a failed gate (no crash),
+and the seed's shape holds (the fp16 14B loses to the GPTQ MoE at 1 stream, wins at 16)."""
+
+from __future__ import annotations
+
+import pytest
+
+from gates.latency import run_latency
+from gates.settings import LatencySettings
+from tests.gates.conftest import StartServer
+
+PROFILE = "gptq-30b-a3b-tp1"
+SMALL = LatencySettings(
+    levels=[1, 4],
+    max_tokens=8,
+    rounds=2,
+    min_requests_per_round=4,
+    bootstrap_resamples=500,
+    read_timeout_s=10,
+)
+
+
+def test_identical_candidate_passes_repeatedly(model_server: StartServer) -> None:
+    baseline, candidate = model_server(PROFILE), model_server(PROFILE, "--model-id", "twin")
+    for _ in range(3):
+        result = run_latency(candidate.url, baseline.url, SMALL)
+        assert result.passed, result.markdown()
+        for level in result.figures.levels:
+            assert level.candidate.n_failed == level.baseline.n_failed == 0
+            assert {c.outcome for c in level.comparisons} == {"no regression"}
+
+
+def test_twenty_percent_slower_candidate_fails(model_server: StartServer) -> None:
+    baseline = model_server(PROFILE)
+    candidate = model_server(PROFILE, "--slowdown", "1.2")
+    result = run_latency(candidate.url, baseline.url, SMALL)
+    assert result.passed is False
+    for level in result.figures.levels:
+        tpot = next(c for c in level.comparisons if c.metric == "tpot")
+        assert tpot.outcome == "regressed", level.findings
+        assert tpot.ratio == pytest.approx(1.2, rel=0.05)
+
+
+def test_stalled_streams_are_recorded_and_fail_the_gate(fresh_server: StartServer) -> None:
+    candidate = fresh_server(PROFILE, "--fault", "stall", "--stall-after-tokens", "3")
+    settings = SMALL.model_copy(
+        update={"levels": [2], "rounds": 1, "read_timeout_s": 1.0, "warmup_requests_per_stream": 0}
+    )
+    result = run_latency(candidate.url, None, settings)
+    assert result.passed is False
+    (level,) = result.figures.levels
+    assert level.candidate.n_failed == level.candidate.n_requests == 4
+    assert level.candidate.ttft_ms is None  # no sample: no summary, never 0 ms
+    assert any("after 3 token events" in error for error in level.candidate.errors)
+    assert "4 of 4 candidate requests failed" in result.reason
+
+
+def test_no_baseline_and_no_slo_gives_no_verdict(model_server: StartServer) -> None:
+    settings = SMALL.model_copy(update={"levels": [1], "rounds": 1})
+    result = run_latency(model_server(PROFILE).url, None, settings)
+    assert result.passed is None
+    assert result.figures.levels[0].candidate.little is not None
+
+
+@pytest.mark.slow
+def test_seed_shape_14b_loses_at_one_stream_and_wins_at_sixteen(
+    model_server: StartServer,
+) -> None:
+    gptq, dense = model_server(PROFILE), model_server("fp16-14b-tp2")
+    settings = LatencySettings(
+        levels=[1, 16], max_tokens=16, rounds=2, min_requests_per_round=5, bootstrap_resamples=500
+    )
+    result = run_latency(dense.url, gptq.url, settings)
+    one, sixteen = result.figures.levels
+    tpot_one = next(c for c in one.comparisons if c.metric == "tpot")
+    tpot_sixteen = next(c for c in sixteen.comparisons if c.metric == "tpot")
+    assert tpot_one.outcome == "regressed" and tpot_one.ratio > 1.4  # 27.9 vs 17.6 ms
+    assert tpot_sixteen.outcome == "no regression" and tpot_sixteen.ratio < 0.7  # 39.7 vs 71.5
+    assert sixteen.candidate.throughput_tok_s > sixteen.baseline.throughput_tok_s
