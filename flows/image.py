@@ -96,12 +96,16 @@ def wait_for_image(
     ``on_seen`` is called once per new digest (and per change of a transient failure).
     """
     deadline = time.monotonic() + requirement.timeout_s
+    deadline_at = datetime.now(UTC) + timedelta(seconds=requirement.timeout_s)
     report = on_seen or (lambda sighting: None)
     seen: list[Sighting] = []
     verdicts: dict[str, Sighting] = {}
     with _client(requirement) as client:
         repo = provenance.open_mirror(requirement.source, cache_root=requirement.git_cache)
-        provenance.resolve_commits(repo, requirement.requires, source=requirement.source)
+        # A mistyped requirement fails now, not at the deadline.
+        provenance.resolve_commits(
+            repo, requirement.requires, source=requirement.source, what="required commit"
+        )
         for attempt in itertools.count():
             sighting, pinned = _poll(requirement, client, repo, verdicts)
             if not seen or sighting != seen[-1]:
@@ -113,7 +117,7 @@ def wait_for_image(
             if remaining <= 0:
                 break
             time.sleep(compute_sleep(_delay(requirement, attempt), remaining))
-    raise _not_ready(requirement, seen)
+    raise _not_ready(requirement, seen, deadline_at)
 
 
 def _delay(requirement: ImageRequirement, attempt: int) -> float:
@@ -185,8 +189,10 @@ def _evaluate(requirement: ImageRequirement, repo: git.Repo, info: ImageInfo) ->
     )
 
 
-def _not_ready(requirement: ImageRequirement, seen: list[Sighting]) -> ImageNotReady:
-    deadline = datetime.now(UTC).replace(microsecond=0)
+def _not_ready(
+    requirement: ImageRequirement, seen: list[Sighting], deadline_at: datetime
+) -> ImageNotReady:
+    deadline = deadline_at.replace(microsecond=0)
     lines = [f"  {s.digest or '(no digest)'}: {s.reason}" for s in seen] or ["  (none)"]
     return ImageNotReady(
         f"no image {requirement.image} containing {', '.join(requirement.requires) or 'any'} "

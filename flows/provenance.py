@@ -123,9 +123,12 @@ def _patch_ids(repo: git.Repo, log_args: list[str]) -> dict[str, str]:
 
 
 def _resolve(repo: git.Repo, rev: str) -> str | None:
+    # rev-parse --verify, not repo.commit(): the latter accepts any 40-hex id unchecked.
     try:
-        return repo.commit(rev).hexsha
-    except (git.BadName, ValueError):
+        return str(
+            repo.git.rev_parse("--verify", "--quiet", "--end-of-options", f"{rev}^{{commit}}")
+        )
+    except git.GitCommandError:
         return None
 
 

@@ -1,0 +1,149 @@
+"""The image step pins only an image whose revision contains the required fix: a pre-fix
+image is rejected with its revision named; a fixed image published during the wait is
+pinned on the first poll after it appears, at most one poll interval later (measured on
+the registry's own request log); a cherry-picked fix is accepted and reported as one; a
+tag that never becomes acceptable ends at the deadline listing every digest seen; an image
+without a revision label is rejected clearly; moving the tag later leaves the pin intact."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import git
+import pytest
+
+from flows.errors import FixMissing, ImageNotReady, MissingRevisionLabel, UnknownCommit
+from flows.image import Sighting, check_image, wait_for_image
+from flows.oci import LABEL_REVISION, RegistryClient
+from sandbox import procs
+from sandbox.publisher import build_image, publish, push_image
+from sandbox.registry import Registry
+from sandbox.srcrepo import SourceRepo, cherry_pick
+from tests.image.conftest import TAG, MakeRequirement
+
+
+def _publish(registry: Registry, repository: str, source: SourceRepo, commit: str) -> str:
+    return publish(registry.url, repository, TAG, git_repo=source.path, commit=commit)
+
+
+def test_pre_fix_image_is_rejected_with_its_revision(
+    registry: Registry, repository: str, source: SourceRepo, make_requirement: MakeRequirement
+) -> None:
+    _publish(registry, repository, source, source.commits["gptq"])
+    with pytest.raises(FixMissing, match=rf"revision {source.commits['gptq']} .*not an ancestor"):
+        check_image(make_requirement())
+
+
+def test_fixed_image_published_during_wait_is_pinned_within_one_poll_interval(
+    registry: Registry, repository: str, source: SourceRepo, make_requirement: MakeRequirement
+) -> None:
+    old = _publish(registry, repository, source, source.commits["gptq"])
+    requirement = make_requirement(poll_interval_s=1.0)
+    pushed: list[str] = []
+    ci = threading.Thread(target=lambda: pushed.append(publish(
+        registry.url, repository, TAG, git_repo=source.path, commit=source.commits["fix"],
+        delay_s=2.5)))  # fmt: skip
+    seen: list[Sighting] = []
+    ci.start()
+    pinned = wait_for_image(requirement, on_seen=seen.append)
+    ci.join()
+    assert pinned.digest == pushed[0] != old
+    assert pinned.ref == f"{registry.host}/{repository}@{pushed[0]}"
+    assert [(s.digest, s.accepted) for s in seen] == [(old, False), (pushed[0], True)]
+    assert seen[0].revision == source.commits["gptq"] and source.commits["gptq"] in seen[0].reason
+    assert pinned.seen == seen
+
+    log = registry.requests()
+    tag_uri = f"/v2/{repository}/manifests/{TAG}"
+    put_at = max(r.time for r in log if r.method == "PUT" and r.uri == tag_uri)
+    polls_after = [
+        r.time for r in log if r.method == "HEAD" and r.uri == tag_uri and r.time > put_at
+    ]
+    assert len(polls_after) == 1, "the first poll after the push must be the one that pins"
+    assert (polls_after[0] - put_at).total_seconds() <= requirement.poll_interval_s + 0.25
+
+
+def test_cherry_picked_fix_is_accepted_and_reported(
+    registry: Registry, repository: str, source: SourceRepo, make_requirement: MakeRequirement
+) -> None:
+    fix = source.commits["fix"]
+    picked = cherry_pick(git.Repo(source.path), fix, branch="release/sm70",
+                         onto=source.commits["ci"])  # fmt: skip
+    digest = _publish(registry, repository, source, picked)
+    pinned = wait_for_image(make_requirement())
+    assert (pinned.digest, pinned.revision) == (digest, picked)
+    [evidence] = pinned.fixes
+    assert (evidence.commit, evidence.found, evidence.matching_commit) == (
+        fix,
+        "cherry-pick",
+        picked,
+    )
+
+
+def test_tag_that_never_appears_times_out_with_what_was_seen(
+    make_requirement: MakeRequirement,
+) -> None:
+    requirement = make_requirement(timeout_s=1.0, poll_interval_s=0.3)
+    with pytest.raises(
+        ImageNotReady, match=r"(?s)within 0:00:01 \(deadline passed at .*does not exist"
+    ):
+        wait_for_image(requirement)
+
+
+def test_timeout_lists_every_rejected_digest(
+    registry: Registry, repository: str, source: SourceRepo, make_requirement: MakeRequirement
+) -> None:
+    first = _publish(registry, repository, source, source.commits["ci"])
+    later = (registry, repository, source, source.commits["gptq"])
+    threading.Thread(target=_publish, args=later).start()
+    with pytest.raises(ImageNotReady) as info:
+        wait_for_image(make_requirement(timeout_s=3.0, poll_interval_s=0.3))
+    seen = [s for s in info.value.seen if isinstance(s, Sighting)]
+    assert [s.revision for s in seen] == [source.commits["ci"], source.commits["gptq"]]
+    assert seen[0].digest == first and first in str(info.value)
+    assert all(not s.accepted and s.revision in s.reason for s in seen)  # type: ignore[operator]
+
+
+def test_missing_revision_label_is_a_clear_error(
+    registry: Registry, repository: str, source: SourceRepo, make_requirement: MakeRequirement
+) -> None:
+    image = build_image(source.path, source.commits["fix"])
+    unlabelled = image.model_copy(
+        update={"labels": {k: v for k, v in image.labels.items() if k != LABEL_REVISION}}
+    )
+    digest = push_image(registry.url, repository, TAG, unlabelled)
+    with pytest.raises(MissingRevisionLabel, match=rf"{digest}.*has no {LABEL_REVISION} label"):
+        check_image(make_requirement())
+    with pytest.raises(ImageNotReady, match=rf"{digest}: .*no {LABEL_REVISION} label"):
+        wait_for_image(make_requirement(timeout_s=0.5, poll_interval_s=0.2))
+
+
+def test_retagging_after_the_pin_keeps_the_pinned_digest(
+    registry: Registry, repository: str, source: SourceRepo, make_requirement: MakeRequirement
+) -> None:
+    _publish(registry, repository, source, source.commits["fix"])
+    pinned = wait_for_image(make_requirement())
+    moved_to = _publish(registry, repository, source, source.commits["gptq"])
+    with RegistryClient(registry.url) as client:
+        assert client.resolve(repository, TAG) == moved_to != pinned.digest
+        again = client.read_image(repository, pinned.digest)
+    assert (again.digest, again.labels[LABEL_REVISION]) == (pinned.digest, source.commits["fix"])
+    with pytest.raises(FixMissing):
+        check_image(make_requirement())
+
+
+def test_unknown_required_commit_fails_before_waiting(make_requirement: MakeRequirement) -> None:
+    started = time.monotonic()
+    with pytest.raises(UnknownCommit, match="required commit 1234567 not found"):
+        wait_for_image(make_requirement(requires=["1234567"], timeout_s=60.0))
+    assert time.monotonic() - started < 30  # it did not sit out the 60 s deadline
+
+
+def test_unreachable_registry_is_retried_until_the_deadline(
+    make_requirement: MakeRequirement, repository: str
+) -> None:
+    requirement = make_requirement(repo=f"127.0.0.1:{procs.free_port()}/{repository}",
+                                   timeout_s=1.0, poll_interval_s=0.3)  # fmt: skip
+    with pytest.raises(ImageNotReady, match=r"did not answer HEAD"):
+        wait_for_image(requirement)
