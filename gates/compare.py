@@ -18,7 +18,7 @@ from pydantic import BaseModel
 
 from gates import stats
 from gates.cell import CellSamples
-from gates.settings import LatencySettings, Slo
+from gates.settings import LatencySettings
 
 MetricName = Literal["tpot", "ttft", "itl_p99", "throughput"]
 Outcome = Literal["regressed", "no regression", "no verdict"]
@@ -142,43 +142,3 @@ def _explain(
     if regressed:
         return f"{ratio}: wholly {side} the margin {margin}"
     return f"{ratio}: not wholly {side} the margin {margin} with significance"
-
-
-class SloCheck(BaseModel):
-    metric: Literal["ttft", "tpot", "e2el"]
-    limit_ms: float
-    p95_ms: float | None
-    p95_upper_ms: float | None
-    met: bool | None
-
-
-def check_slos(candidate: CellSamples, slo: Slo, settings: LatencySettings) -> list[SloCheck]:
-    """Each set SLO against the upper bound of the candidate's p95."""
-    checks = []
-    for metric in ("ttft", "tpot", "e2el"):
-        limit = getattr(slo, f"{metric}_ms")
-        if limit is None:
-            continue
-        values = candidate.values_ms(metric)
-        if values.size < settings.min_samples:
-            checks.append(
-                SloCheck(metric=metric, limit_ms=limit, p95_ms=None, p95_upper_ms=None, met=None)
-            )
-            continue
-        interval = stats.bootstrap_interval(
-            [np.array([v]) for v in values],
-            stats.p95,
-            confidence=settings.confidence,
-            n_resamples=settings.bootstrap_resamples,
-            seed=settings.seed,
-        )
-        checks.append(
-            SloCheck(
-                metric=metric,
-                limit_ms=limit,
-                p95_ms=interval.point,
-                p95_upper_ms=interval.high,
-                met=interval.high <= limit,
-            )
-        )
-    return checks

@@ -11,17 +11,20 @@ from __future__ import annotations
 import asyncio
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
+from typing import TypeVar
 
 from gates import api
 from gates.cell import CellSamples, summarise_cell
-from gates.compare import check_slos, compare_cells
+from gates.compare import compare_cells
 from gates.latency_report import LatencyFigures, LevelFigures
 from gates.load import RequestShape, Run, StreamPool
 from gates.result import GateResult, verdict_of
 from gates.settings import LatencySettings
+from gates.slo import check_slos
 
 LatencyResult = GateResult[LatencyFigures]
 CANDIDATE, BASELINE = "candidate", "baseline"
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -112,33 +115,35 @@ async def _interleaved_runs(
     sides: list[_Side], concurrency: int, settings: LatencySettings
 ) -> dict[str, list[Run]]:
     runs: dict[str, list[Run]] = {side.label: [] for side in sides}
-    prompts, n_round = settings.prompts, settings.requests_per_round(concurrency)
+    timeout = settings.read_timeout_s
     async with AsyncExitStack() as stack:
-        pools = {
-            side.label: await stack.enter_async_context(
-                StreamPool(
-                    side.url, concurrency=concurrency, read_timeout_s=settings.read_timeout_s
-                )
+        pools = [
+            await stack.enter_async_context(
+                StreamPool(side.url, concurrency=concurrency, read_timeout_s=timeout)
             )
             for side in sides
-        }
-        for side in sides:  # warm-up at the measured lengths; its records are discarded
+        ]
+        for side, pool in zip(sides, pools, strict=True):  # warm-up, discarded
             n_warm = settings.warmup_requests_per_stream * concurrency
-            if n_warm:
-                await pools[side.label].run(side.shape, prompts, n_requests=n_warm)
-        for round_index in range(settings.rounds):
-            order = sides if round_index % 2 == 0 else sides[::-1]
-            for side in order:
-                runs[side.label].append(
-                    await pools[side.label].run(
-                        side.shape,
-                        prompts,
-                        n_requests=n_round,
-                        label=side.label,
-                        round_index=round_index,
-                    )
-                )
+            await pool.run(side.shape, settings.prompts, n_requests=n_warm)
+        n_round = settings.requests_per_round(concurrency)
+        for round_index, (side, pool) in interleave(
+            list(zip(sides, pools, strict=True)), rounds=settings.rounds
+        ):
+            run = await pool.run(
+                side.shape,
+                settings.prompts,
+                n_requests=n_round,
+                label=side.label,
+                round_index=round_index,
+            )
+            runs[side.label].append(run)
     return runs
+
+
+def interleave(items: list[T], *, rounds: int) -> list[tuple[int, T]]:
+    """Order of a run's rounds: A B, B A, A B, ... so slow drift on the machine hits both."""
+    return [(r, item) for r in range(rounds) for item in (items if r % 2 == 0 else items[::-1])]
 
 
 def _decide_level(level: LevelFigures, settings: LatencySettings) -> LevelFigures:

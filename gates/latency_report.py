@@ -7,10 +7,11 @@ from collections.abc import Callable
 from pydantic import BaseModel
 
 from gates.cell import CellFigures
-from gates.compare import Comparison, SloCheck
+from gates.compare import Comparison
 from gates.metrics import LatencySummary
 from gates.result import Figures
 from gates.settings import LatencySettings
+from gates.slo import SloCheck
 
 
 class LevelFigures(BaseModel):

@@ -79,7 +79,9 @@ def test_missing_golden_file_is_an_error(tmp_path: Path) -> None:
 def test_latency_settings_file_and_json(model_server: StartServer, tmp_path: Path) -> None:
     server = model_server("gptq-30b-a3b-tp1")
     settings = tmp_path / "latency.yaml"
-    settings.write_text("levels: [2]\nmax_tokens: 4\nrounds: 1\nslo: {tpot_ms: 1000}\n")
+    settings.write_text(
+        "levels: [2]\nmax_tokens: 4\nrounds: 1\nmin_requests_per_round: 6\nslo: {tpot_ms: 1000}\n"
+    )
     result = runner.invoke(
         app, ["gate", "latency", "--url", server.url, "--settings", str(settings), "--json"]
     )

@@ -10,9 +10,10 @@ import numpy as np
 import pytest
 
 from gates.cell import CellSamples
-from gates.compare import check_slos, compare_cells
+from gates.compare import compare_cells
 from gates.metrics import RequestMetrics
 from gates.settings import LatencySettings, Slo
+from gates.slo import check_slos
 
 SETTINGS = LatencySettings(bootstrap_resamples=400)
 N_OUT = 16

@@ -1,0 +1,57 @@
+"""Absolute SLOs: the upper bound of the candidate's p95 must be under each limit (pure)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import numpy as np
+from pydantic import BaseModel
+
+from gates import stats
+from gates.cell import CellSamples
+from gates.settings import LatencySettings, Slo
+
+SloMetric = Literal["ttft", "tpot", "e2el"]
+
+
+class SloCheck(BaseModel):
+    metric: SloMetric
+    limit_ms: float
+    p95_ms: float | None = None
+    p95_upper_ms: float | None = None
+    met: bool | None = None
+
+
+def check_slos(candidate: CellSamples, slo: Slo, settings: LatencySettings) -> list[SloCheck]:
+    """One check per SLO that is set; too few samples give no verdict (`met` None)."""
+    limits: dict[SloMetric, float | None] = {
+        "ttft": slo.ttft_ms,
+        "tpot": slo.tpot_ms,
+        "e2el": slo.e2el_ms,
+    }
+    return [
+        _check(metric, limit, candidate.values_ms(metric), settings)
+        for metric, limit in limits.items()
+        if limit is not None
+    ]
+
+
+def _check(
+    metric: SloMetric, limit: float, values: np.ndarray, settings: LatencySettings
+) -> SloCheck:
+    if values.size < settings.min_samples:
+        return SloCheck(metric=metric, limit_ms=limit)
+    interval = stats.bootstrap_interval(
+        [np.array([v]) for v in values],
+        stats.p95,
+        confidence=settings.confidence,
+        n_resamples=settings.bootstrap_resamples,
+        seed=settings.seed,
+    )
+    return SloCheck(
+        metric=metric,
+        limit_ms=limit,
+        p95_ms=interval.point,
+        p95_upper_ms=interval.high,
+        met=interval.high <= limit,
+    )
