@@ -1,0 +1,145 @@
+"""The handoff's progress, kept on the Service it moves (annotations).
+
+A crashed or killed run leaves the truth on the cluster, not in a process: the
+pre-handoff snapshot (selector, replicas, and for an in-place handoff the previous
+Deployment spec) and the last step reached. A rerun reads it and resumes; a
+rollback restores from it. One transition table says which step may follow which.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from flows.errors import PermanentError
+
+ANNOTATION = "handoff.dev/ledger"
+HISTORY_ANNOTATION = "handoff.dev/history"
+REVISION_LABEL = "handoff.dev/revision"
+HISTORY_KEEP = 10
+
+
+class Phase(enum.StrEnum):
+    STARTED = "started"  # snapshot recorded, nothing else changed
+    DOWNTIME_APPROVED = "downtime-approved"  # in place: a person accepted the outage
+    OLD_STOPPED = "old-stopped"  # in place: the old pods are gone
+    APPLIED = "applied"  # candidate applied at replicas 0, image pinned
+    WARM = "warm"  # candidate pods Ready and answering
+    GATED = "gated"  # gates passed
+    APPROVED = "approved"
+    SWAPPED = "swapped"  # Service selects only the candidate
+    SCALED = "scaled"  # candidate at its target replicas
+    RETIRED = "retired"  # old workloads at 0 (kept)
+    DONE = "done"
+    ROLLING_BACK = "rolling-back"
+    ROLLED_BACK = "rolled-back"
+
+
+TERMINAL = frozenset({Phase.DONE, Phase.ROLLED_BACK})
+
+_FORWARD = [
+    Phase.STARTED,
+    Phase.DOWNTIME_APPROVED,
+    Phase.OLD_STOPPED,
+    Phase.APPLIED,
+    Phase.WARM,
+    Phase.GATED,
+    Phase.APPROVED,
+    Phase.SWAPPED,
+    Phase.SCALED,
+    Phase.RETIRED,
+    Phase.DONE,
+]
+
+
+def can_enter(current: Phase, target: Phase) -> bool:
+    """The transition table: forward one or more steps, or into rollback from anywhere live."""
+    if current in TERMINAL:
+        return False
+    if target is Phase.ROLLING_BACK:
+        return True
+    if target is Phase.ROLLED_BACK:
+        return current is Phase.ROLLING_BACK
+    if current is Phase.ROLLING_BACK:
+        return False
+    return _FORWARD.index(target) >= _FORWARD.index(current)
+
+
+def reached(current: Phase, step: Phase) -> bool:
+    """The handoff has already passed `step` (so a resumed run skips it)."""
+    if current in (Phase.ROLLING_BACK, Phase.ROLLED_BACK):
+        return False
+    return _FORWARD.index(current) >= _FORWARD.index(step)
+
+
+class WorkloadSnapshot(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    replicas: int
+    resource_version: str
+    spec: dict[str, Any] | None = Field(None, description="kept only for in-place handoffs")
+
+
+class Snapshot(BaseModel):
+    """The Service and workloads as they were before the first write."""
+
+    model_config = ConfigDict(frozen=True)
+
+    selector: dict[str, str]
+    cluster_ip: str | None
+    workloads: list[WorkloadSnapshot]
+    candidate_existed: bool = False
+    candidate_replicas: int = 0
+
+
+class Ledger(BaseModel):
+    """What the Service's ledger annotation holds."""
+
+    model_config = ConfigDict(frozen=True)
+
+    handoff_id: str
+    spec: str
+    phase: Phase
+    strategy: str
+    snapshot: Snapshot
+    revision: str | None = None
+    image: str | None = None
+    approver: str | None = None
+    evidence_sha256: str | None = None
+    cause: str | None = None
+    started_at: str
+    updated_at: str
+
+    def to(self, phase: Phase, **changes: Any) -> Ledger:
+        if not can_enter(self.phase, phase):
+            raise PermanentError(
+                f"handoff {self.handoff_id}: cannot go from {self.phase} to {phase}; "
+                "inspect the Service's handoff.dev/ledger annotation or run `handoff rollback`"
+            )
+        return self.model_copy(update={"phase": phase, **changes})
+
+    def dump(self) -> str:
+        return self.model_dump_json(exclude_none=True)
+
+
+def parse_ledger(annotations: dict[str, str]) -> Ledger | None:
+    raw = annotations.get(ANNOTATION)
+    return Ledger.model_validate_json(raw) if raw else None
+
+
+def history_entries(annotations: dict[str, str]) -> list[dict[str, Any]]:
+    try:
+        value = json.loads(annotations.get(HISTORY_ANNOTATION, "[]"))
+    except ValueError:
+        return []
+    return value if isinstance(value, list) else []
+
+
+def appended_history(annotations: dict[str, str], record: dict[str, Any]) -> str:
+    """The history annotation with record added, keeping the newest HISTORY_KEEP."""
+    entries = [*history_entries(annotations), record][-HISTORY_KEEP:]
+    return json.dumps(entries, separators=(",", ":"))

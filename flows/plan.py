@@ -1,0 +1,259 @@
+"""Step 1, plan: read the cluster, choose a strategy, dry-run every write.
+
+Observes the Service, the current and candidate Deployments, the nodes and the pods
+bound to them; decides with `flows.capacity` (pure); validates each write the
+handoff will make with a server-side dry-run. Writes nothing, so it is trivially
+idempotent and safe to run at any time (`handoff plan SPEC`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from flows.capacity import Decision, NodeGpu, Strategy, compute_gpu_ledger, decide_strategy
+from flows.errors import HandoffError, PermanentError
+from flows.kube import read, write
+from flows.kube.client import Kube
+from flows.kube.objects import DeploymentSnapshot, ServiceSnapshot, matches, pod_spec_gpus
+from flows.ledger import Snapshot, WorkloadSnapshot
+from flows.render import load_manifest, override_image, render_candidate, service_selector
+from flows.spec import HandoffSpec
+
+# Used when the candidate declares no startupProbe: a generous cold start.
+DEFAULT_STARTUP_S = 300.0
+
+
+class PlanRefused(PermanentError):
+    """The cluster cannot take this handoff as specified; nothing was written."""
+
+
+class DryRun(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    write: str
+    ok: bool
+    detail: str = ""
+
+
+class Plan(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    spec_name: str
+    namespace: str
+    service: ServiceSnapshot
+    current: list[DeploymentSnapshot]
+    candidate: DeploymentSnapshot | None
+    gpu: list[NodeGpu]
+    gpus_per_pod: int
+    decision: Decision
+    downtime_bound_s: float | None
+    pin_live_selector: dict[str, str] | None
+    dry_runs: list[DryRun]
+
+    @property
+    def strategy(self) -> Strategy | None:
+        return self.decision.strategy
+
+    @property
+    def refused(self) -> str | None:
+        if self.decision.strategy is None:
+            return "; ".join(self.decision.reasons)
+        failed = [d for d in self.dry_runs if not d.ok]
+        if failed:
+            return "; ".join(f"dry-run of {d.write} failed: {d.detail}" for d in failed)
+        return None
+
+    def snapshot(self, spec: HandoffSpec) -> Snapshot:
+        in_place = self.strategy is Strategy.IN_PLACE
+        return Snapshot(
+            selector=self.service.selector,
+            cluster_ip=self.service.cluster_ip,
+            workloads=[
+                WorkloadSnapshot(
+                    name=d.name,
+                    replicas=d.replicas,
+                    resource_version=d.resource_version,
+                    spec=d.spec if in_place else None,
+                )
+                for d in self.current
+            ],
+            candidate_existed=self.candidate is not None and not spec.in_place,
+            candidate_replicas=self.candidate.replicas
+            if self.candidate and not spec.in_place
+            else 0,
+        )
+
+
+def make_plan(kube: Kube, spec: HandoffSpec) -> Plan:
+    """Observe, decide, dry-run. Raises only when the cluster cannot be read."""
+    service = read.read_service(kube, spec.namespace, spec.service)
+    current = [_require(kube, spec, name) for name in spec.current]
+    candidate = (
+        None
+        if spec.in_place
+        else read.read_deployment(kube, spec.namespace, spec.candidate.deployment)
+    )
+    manifest = load_manifest(spec)
+    per_pod = pod_spec_gpus(manifest["spec"]["template"]["spec"])
+    pods = read.list_scheduled_pods(kube)
+    ns_pods = [p for p in pods if _in_namespace(p, current + ([candidate] if candidate else []))]
+    decision = decide_strategy(
+        same_deployment=spec.in_place,
+        per_pod=per_pod,
+        preview=spec.candidate.preview_replicas,
+        target=spec.candidate.replicas,
+        ledger=compute_gpu_ledger(read.list_nodes(kube), pods),
+        current_pods=[p for p in ns_pods if any(_owned_by(p, d) for d in current)],
+        candidate_pods=[p for p in ns_pods if candidate and _owned_by(p, candidate)],
+    )
+    pin = _live_selector_pin(kube, spec, service, current, manifest)
+    return Plan(
+        spec_name=spec.name,
+        namespace=spec.namespace,
+        service=service,
+        current=current,
+        candidate=candidate,
+        gpu=compute_gpu_ledger(read.list_nodes(kube), pods),
+        gpus_per_pod=per_pod,
+        decision=decision,
+        downtime_bound_s=_downtime_bound(manifest, current, spec)
+        if decision.strategy is Strategy.IN_PLACE
+        else None,
+        pin_live_selector=pin,
+        dry_runs=_dry_runs(kube, spec, service, current, manifest) if decision.strategy else [],
+    )
+
+
+def _require(kube: Kube, spec: HandoffSpec, name: str) -> DeploymentSnapshot:
+    found = read.read_deployment(kube, spec.namespace, name)
+    if found is None:
+        raise PlanRefused(
+            f"current Deployment {spec.namespace}/{name} named in {spec.source_file} does not "
+            "exist; fix `current:` or apply the workload the Service serves from"
+        )
+    return found
+
+
+def _owned_by(pod: Any, deployment: DeploymentSnapshot) -> bool:
+    return (
+        pod.owner is not None
+        and pod.owner.startswith(f"{deployment.name}-")
+        and matches(deployment.selector, pod.labels)
+    )
+
+
+def _in_namespace(pod: Any, deployments: list[DeploymentSnapshot]) -> bool:
+    return any(_owned_by(pod, d) for d in deployments)
+
+
+def _live_selector_pin(
+    kube: Kube,
+    spec: HandoffSpec,
+    service: ServiceSnapshot,
+    current: list[DeploymentSnapshot],
+    manifest: dict[str, Any],
+) -> dict[str, str] | None:
+    """If the candidate's pods would match the live selector, the selector narrowed to
+    the current pods' pod-template-hash, so the Service never selects both workloads."""
+    labels = manifest["spec"]["template"]["metadata"].get("labels") or {}
+    if spec.in_place or not matches(service.selector, labels):
+        return None
+    hashes = {
+        p.labels.get("pod-template-hash")
+        for d in current
+        for p in read.list_pods(kube, spec.namespace, d.selector)
+    }
+    hashes.discard(None)
+    if len(current) != 1 or len(hashes) != 1:
+        raise PlanRefused(
+            f"the candidate's pod labels {labels} match Service {spec.service}'s selector "
+            f"{service.selector}, and the live pods do not share one pod-template-hash "
+            f"({sorted(h for h in hashes if h) or 'none'}) to narrow it to: give the candidate "
+            "a label the live selector does not match"
+        )
+    return {**service.selector, "pod-template-hash": hashes.pop() or ""}
+
+
+def _downtime_bound(
+    manifest: dict[str, Any], current: list[DeploymentSnapshot], spec: HandoffSpec
+) -> float:
+    """Upper bound on the outage: old pods' grace, the candidate's start allowance, gates."""
+    grace = max(
+        (d.spec["template"]["spec"].get("terminationGracePeriodSeconds", 30) for d in current),
+        default=30,
+    )
+    container = next(
+        c
+        for c in manifest["spec"]["template"]["spec"]["containers"]
+        if c["name"] == spec.candidate.container
+    )
+    probe = container.get("startupProbe")
+    startup = (
+        probe.get("initialDelaySeconds", 0)
+        + probe.get("periodSeconds", 10) * probe.get("failureThreshold", 3)
+        if probe
+        else DEFAULT_STARTUP_S
+    )
+    gates = (
+        spec.gates.smoke_deadline_s
+        + 60.0 * (spec.gates.parity is not None)
+        + 120.0 * (spec.gates.latency is not None)
+    )
+    return float(grace + startup + gates)
+
+
+def _dry_runs(
+    kube: Kube,
+    spec: HandoffSpec,
+    service: ServiceSnapshot,
+    current: list[DeploymentSnapshot],
+    manifest: dict[str, Any],
+) -> list[DryRun]:
+    container = next(
+        c
+        for c in manifest["spec"]["template"]["spec"]["containers"]
+        if c["name"] == spec.candidate.container
+    )
+    body = render_candidate(
+        spec,
+        manifest,
+        pinned=override_image(spec, container["image"]),
+        revision="plan",
+        replicas=0,
+        handoff_id="plan",
+    )
+    checks = [
+        (
+            f"apply Deployment {spec.candidate.deployment} at 0 replicas",
+            lambda: write.apply_deployment(kube, body, dry_run=True),
+        ),
+        (
+            f"patch Service {spec.service} selector",
+            lambda: write.patch_service(
+                kube,
+                spec.namespace,
+                spec.service,
+                resource_version=service.resource_version,
+                selector=(service.selector, service_selector(manifest, "plan")),
+                dry_run=True,
+            ),
+        ),
+        *[
+            (
+                f"scale Deployment {d.name} to 0",
+                lambda d=d: write.scale_deployment(kube, spec.namespace, d.name, 0, dry_run=True),
+            )
+            for d in current
+            if not spec.in_place
+        ],
+    ]
+    results = []
+    for name, call in checks:
+        try:
+            call()
+            results.append(DryRun(write=name, ok=True))
+        except HandoffError as exc:
+            results.append(DryRun(write=name, ok=False, detail=str(exc)))
+    return results

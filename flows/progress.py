@@ -1,0 +1,84 @@
+"""Read and write the handoff ledger on the Service, and hold the handoff's context.
+
+Every phase change is one merge patch of the Service's annotations, guarded by the
+resourceVersion last read and retried on 409 by re-reading: a concurrent writer is
+never overwritten blindly.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+from typing import Any
+
+from flows.errors import PermanentError
+from flows.kube import read, write
+from flows.kube.client import Conflict, Kube
+from flows.ledger import ANNOTATION, Ledger, Phase, parse_ledger
+from flows.plan import Plan
+from flows.spec import HandoffSpec
+
+_RETRIES = 5
+
+
+def now_iso() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def read_ledger(kube: Kube, spec: HandoffSpec) -> Ledger | None:
+    service = read.read_service(kube, spec.namespace, spec.service)
+    return parse_ledger(service.annotations)
+
+
+def save_ledger(
+    kube: Kube, spec: HandoffSpec, ledger: Ledger, *, extra: dict[str, str | None] | None = None
+) -> Ledger:
+    """Write the ledger (and any extra annotations) with a resourceVersion precondition."""
+    stamped = ledger.model_copy(update={"updated_at": now_iso()})
+    for _ in range(_RETRIES):
+        service = read.read_service(kube, spec.namespace, spec.service)
+        on_cluster = parse_ledger(service.annotations)
+        if on_cluster is not None and on_cluster.handoff_id != ledger.handoff_id:
+            raise PermanentError(
+                f"Service {spec.namespace}/{spec.service} is held by handoff "
+                f"{on_cluster.handoff_id} ({on_cluster.phase}), not {ledger.handoff_id}: "
+                "another run took over; stop this one"
+            )
+        try:
+            write.patch_service(
+                kube,
+                spec.namespace,
+                spec.service,
+                resource_version=service.resource_version,
+                annotations={ANNOTATION: stamped.dump(), **(extra or {})},
+            )
+            return stamped
+        except Conflict:
+            continue
+    raise PermanentError(
+        f"Service {spec.namespace}/{spec.service} kept changing; "
+        f"could not record phase {ledger.phase} after {_RETRIES} tries"
+    )
+
+
+@dataclass
+class HandoffRun:
+    """What every step of one handoff needs: the cluster, the spec, the plan, the ledger."""
+
+    kube: Kube
+    spec: HandoffSpec
+    plan: Plan
+    ledger: Ledger
+    timings: dict[str, float] = field(default_factory=dict)
+    evidence: dict[str, Any] = field(default_factory=dict)
+
+    def advance(self, phase: Phase, **changes: Any) -> None:
+        """Record that the handoff reached `phase` (no-op if it already had)."""
+        if self.ledger.phase == phase and not changes:
+            return
+        self.ledger = save_ledger(self.kube, self.spec, self.ledger.to(phase, **changes))
+
+    def reached(self, phase: Phase) -> bool:
+        from flows.ledger import reached
+
+        return reached(self.ledger.phase, phase)

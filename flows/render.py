@@ -1,0 +1,109 @@
+"""Render the candidate Deployment from its manifest: pure, no cluster access.
+
+The manifest keeps its real image names; `images:` overrides repoint them, the
+gated container's image is pinned to the checked digest, the pod template gets
+the handoff's revision label (so the Service can select exactly this workload
+even when labels like `app: candle-vllm` are shared) and the object gets the
+handoff's annotation.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from flows.errors import PermanentError
+from flows.ledger import REVISION_LABEL
+from flows.spec import HandoffSpec
+
+HANDOFF_ID_ANNOTATION = "handoff.dev/id"
+
+
+class ManifestError(PermanentError):
+    """The candidate manifest is unreadable or lacks the named Deployment."""
+
+
+def load_manifest(spec: HandoffSpec) -> dict[str, Any]:
+    path: Path = spec.candidate.manifest
+    try:
+        documents = [d for d in yaml.safe_load_all(path.read_text()) if d]
+    except (OSError, yaml.YAMLError) as exc:
+        raise ManifestError(f"candidate manifest {path}: cannot read it: {exc}") from exc
+    for doc in documents:
+        if (
+            doc.get("kind") == "Deployment"
+            and doc.get("metadata", {}).get("name") == spec.candidate.deployment
+        ):
+            _check_container(spec, doc, path)
+            return doc
+    raise ManifestError(
+        f"candidate manifest {path} has no Deployment named {spec.candidate.deployment!r}; "
+        "fix candidate.deployment in the spec or the manifest"
+    )
+
+
+def _check_container(spec: HandoffSpec, doc: dict[str, Any], path: Path) -> None:
+    names = [c["name"] for c in doc["spec"]["template"]["spec"]["containers"]]
+    if spec.candidate.container not in names:
+        raise ManifestError(
+            f"Deployment {spec.candidate.deployment} in {path} has no container "
+            f"{spec.candidate.container!r} (it has {', '.join(names)}); fix candidate.container"
+        )
+
+
+def split_image(image: str) -> tuple[str, str | None]:
+    """('registry/repo', ':tag' or '@sha256:…' or None)."""
+    if "@" in image:
+        name, digest = image.split("@", 1)
+        return name, f"@{digest}"
+    slash = image.rfind("/")
+    colon = image.rfind(":")
+    if colon > slash:
+        return image[:colon], image[colon:]
+    return image, None
+
+
+def override_image(spec: HandoffSpec, image: str) -> str:
+    name, ref = split_image(image)
+    return spec.resolve_image(name) + (ref or "")
+
+
+def compute_revision(spec: HandoffSpec, manifest: dict[str, Any], pinned: str | None) -> str:
+    """A short stable id of what is being rolled out (template + pinned image)."""
+    template = json.dumps(manifest["spec"]["template"], sort_keys=True)
+    digest = hashlib.sha256(f"{spec.name}\n{template}\n{pinned}".encode()).hexdigest()
+    return digest[:10]
+
+
+def render_candidate(
+    spec: HandoffSpec,
+    manifest: dict[str, Any],
+    *,
+    pinned: str | None,
+    revision: str,
+    replicas: int,
+    handoff_id: str,
+) -> dict[str, Any]:
+    body = copy.deepcopy(manifest)
+    body["metadata"]["namespace"] = spec.namespace
+    body["metadata"].setdefault("annotations", {})[HANDOFF_ID_ANNOTATION] = handoff_id
+    body["spec"]["replicas"] = replicas
+    template = body["spec"]["template"]
+    template["metadata"].setdefault("labels", {})[REVISION_LABEL] = revision
+    for container in template["spec"]["containers"]:
+        if container["name"] == spec.candidate.container and pinned:
+            container["image"] = pinned
+        else:
+            container["image"] = override_image(spec, container["image"])
+    return body
+
+
+def service_selector(manifest: dict[str, Any], revision: str) -> dict[str, str]:
+    """What the Service selects after the swap: the Deployment's selector plus the revision."""
+    match = manifest["spec"]["selector"].get("matchLabels") or {}
+    return {**match, REVISION_LABEL: revision}
