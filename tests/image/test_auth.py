@@ -5,6 +5,7 @@ registry's own ``auth: token``, with a token service made here) and a Basic chal
 
 from __future__ import annotations
 
+import json
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,7 +15,12 @@ import pytest
 from flows.errors import RegistryAuthError
 from flows.image import check_image
 from flows.oci import LABEL_REVISION, RegistryClient
-from flows.oci_auth import RegistryAuth, RegistryCredentials, credentials_from_env
+from flows.oci_auth import (
+    RegistryAuth,
+    RegistryCredentials,
+    credentials_from_env,
+    load_credentials,
+)
 from sandbox.publisher import publish
 from sandbox.registry import Registry
 from sandbox.srcrepo import SourceRepo
@@ -111,3 +117,22 @@ def test_secrets_stay_out_of_reprs(tmp_path: Path) -> None:
     credentials = RegistryCredentials(username=USER, password=PASSWORD, token="tok-123")  # type: ignore[arg-type]
     for text in (repr(credentials), str(credentials), repr(RegistryAuth(credentials))):
         assert PASSWORD not in text and "tok-123" not in text
+
+
+@pytest.mark.slow
+def test_credentials_from_a_prefect_secret_block(
+    basic_registry: Registry, repository: str, source: SourceRepo
+) -> None:
+    """A block holding a dict, or the same as a JSON string, yields working credentials."""
+    from prefect.blocks.system import Secret
+    from prefect.testing.utilities import prefect_test_harness
+
+    pair = {"username": USER, "password": PASSWORD}
+    with prefect_test_harness():
+        Secret(value=pair).save("registry-dict")
+        Secret(value=json.dumps(pair)).save("registry-json")
+        loaded = [load_credentials(name) for name in ("registry-dict", "registry-json")]
+    for credentials in loaded:
+        assert credentials is not None and credentials.username == USER
+        publish(basic_registry.url, repository, "sm70", git_repo=source.path, commit="main",
+                auth=RegistryAuth(credentials))  # fmt: skip
