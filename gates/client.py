@@ -9,6 +9,7 @@ simultaneous streams wait ~0.6 s inside the pool on this kind of machine.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
@@ -33,9 +34,18 @@ def make_stream_client(base_url: str, *, read_timeout_s: float) -> httpx.AsyncCl
 
 
 async def stream_request(
-    client: httpx.AsyncClient, path: str, body: dict[str, Any], record: RequestRecord
+    client: httpx.AsyncClient,
+    path: str,
+    body: dict[str, Any],
+    record: RequestRecord,
+    *,
+    stall_timeout_s: float,
 ) -> RequestRecord:
-    """Send `body`, fill `record` as the stream arrives; errors are recorded, never raised."""
+    """Send `body`, fill `record` as the stream arrives; errors are recorded, never raised.
+
+    A stream with no token event for `stall_timeout_s` fails, even if the server keeps the
+    connection alive with SSE comments (candle-vllm sends one every 100 ms).
+    """
 
     async def trace(name: str, info: dict[str, Any]) -> None:
         if name.endswith("send_request_headers.started"):
@@ -50,7 +60,12 @@ async def stream_request(
                 detail = (await resp.aread())[:300].decode(errors="replace")
                 record.error = f"HTTP {resp.status_code} from {path}: {detail}"
             else:
-                await _read_stream(resp, record)
+                await _read_stream(resp, record, stall_timeout_s)
+    except TimeoutError:
+        record.error = (
+            f"stalled after {len(record.token_times_ns)} token events: no token event "
+            f"for {stall_timeout_s:g} s"
+        )
     except httpx.HTTPError as exc:
         events = len(record.token_times_ns)
         record.error = f"{type(exc).__name__} after {events} token events: {exc}"
@@ -58,13 +73,18 @@ async def stream_request(
     return record
 
 
-async def _read_stream(response: httpx.Response, record: RequestRecord) -> None:
+async def _read_stream(response: httpx.Response, record: RequestRecord, stall_s: float) -> None:
     decoder = SseDecoder()
     done = False
-    async for chunk in response.aiter_raw():
-        arrived_ns = time.perf_counter_ns()  # stamp first: parsing must not delay the clock
-        for data in decoder.feed(chunk):
-            done = _apply(parse_payload(data), arrived_ns, record) or done
+    loop = asyncio.get_running_loop()
+    async with asyncio.timeout(stall_s) as stall:
+        async for chunk in response.aiter_raw():
+            arrived_ns = time.perf_counter_ns()  # stamp first: parsing must not delay the clock
+            n_tokens = len(record.token_times_ns)
+            for data in decoder.feed(chunk):
+                done = _apply(parse_payload(data), arrived_ns, record) or done
+            if len(record.token_times_ns) > n_tokens:  # progress: push the stall deadline
+                stall.reschedule(loop.time() + stall_s)
     for data in decoder.close():
         done = _apply(parse_payload(data), time.perf_counter_ns(), record) or done
     record.n_comments = decoder.comments

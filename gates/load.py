@@ -104,7 +104,11 @@ class StreamPool:
                     index=index, label=label, round=round_index, expected_tokens=shape.max_tokens
                 )
                 body = shape.body(prompts[index % len(prompts)])
-                records.append(await stream_request(client, shape.path, body, record))
+                records.append(
+                    await stream_request(
+                        client, shape.path, body, record, stall_timeout_s=self._read_timeout_s
+                    )
+                )
 
         await asyncio.gather(*(worker(client) for client in self._clients))
         sent = [r.t_send_ns for r in records if r.t_send_ns is not None]

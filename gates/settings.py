@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -43,7 +43,9 @@ class LatencySettings(_Settings):
     cell; raise `rounds` or `waves_per_round` where the time is available.
     """
 
-    levels: list[int] = Field(default=[1, 16], description="concurrent streams, closed loop")
+    levels: list[Annotated[int, Field(ge=1)]] = Field(
+        default=[1, 16], min_length=1, description="concurrent streams, closed loop"
+    )
     max_tokens: int = Field(32, ge=2, description="fixed output length (ignore_eos)")
     api: Literal["completions", "chat"] = "completions"
     prompts: list[str] = Field(default=list(DEFAULT_LATENCY_PROMPTS), min_length=1)
@@ -52,7 +54,9 @@ class LatencySettings(_Settings):
     waves_per_round: int = Field(1, ge=1, description="requests per stream in one round")
     min_requests_per_round: int = Field(3, ge=1)
     warmup_requests_per_stream: int = Field(1, ge=0, description="excluded from the figures")
-    read_timeout_s: float = Field(30.0, gt=0, description="a stream silent this long has failed")
+    read_timeout_s: float = Field(
+        30.0, gt=0, description="a stream with no token event this long has failed"
+    )
     margins: Margins = Margins()
     slo: Slo = Slo()
     alpha: float = Field(0.01, description="one-sided Mann-Whitney significance level")
