@@ -41,7 +41,7 @@ async def _call(
     *,
     missing_ok: bool = False,
 ) -> Any:
-    url = f"{client.base_url}{path.lstrip('/')}"
+    url = client.base_url.join(path)
     try:
         response = await client.request(method, path, json=body)
     except httpx.HTTPError as exc:
@@ -77,5 +77,6 @@ async def resolve_model_id(client: httpx.AsyncClient, model_id: str | None) -> s
         return model_id
     ids = await list_model_ids(client)
     if not ids:
-        raise ServerError(f"{client.base_url}v1/models lists no model; pass the model id")
+        url = client.base_url.join("/v1/models")
+        raise ServerError(f"{url} lists no model; pass the model id")
     return ids[0]

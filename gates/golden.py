@@ -24,10 +24,13 @@ def record_golden(
     """Greedy outputs, teacher-forced logprobs, probes and heads of the server at `url`."""
     base = settings or GoldenSettings()
     settings = base.model_copy(update={"prompts": load_prompts(prompts_file)})
-    return asyncio.run(_record(url, model_id=model_id, settings=settings))
+    return asyncio.run(record_golden_async(url, model_id=model_id, settings=settings))
 
 
-async def _record(url: str, *, model_id: str | None, settings: GoldenSettings) -> Golden:
+async def record_golden_async(
+    url: str, *, model_id: str | None, settings: GoldenSettings
+) -> Golden:
+    """As `record_golden` with the prompts already in `settings`, inside a running loop."""
     async with api.make_client(url, timeout_s=RECORD_TIMEOUT_S) as client:
         resolved = await api.resolve_model_id(client, model_id)
         outputs = await collect_outputs(client, model_id=resolved, settings=settings)

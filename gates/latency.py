@@ -16,6 +16,7 @@ from typing import TypeVar
 from gates import api
 from gates.cell import CellSamples, summarise_cell
 from gates.compare import compare_cells
+from gates.errors import ServerError
 from gates.latency_report import LatencyFigures, LevelFigures
 from gates.load import RequestShape, Run, StreamPool
 from gates.result import GateResult, verdict_of
@@ -63,18 +64,25 @@ async def run_latency_async(
     candidate_model: str | None = None,
     baseline_model: str | None = None,
 ) -> LatencyResult:
-    sides = [await _side(CANDIDATE, candidate_url, candidate_model, settings)]
-    if baseline_url is not None:
-        sides.append(await _side(BASELINE, baseline_url, baseline_model, settings))
-    levels = [await _measure_level(sides, c, settings) for c in settings.levels]
+    """As `run_latency`, inside a running event loop."""
     figures = LatencyFigures(
-        candidate_url=candidate_url,
-        baseline_url=baseline_url,
-        candidate_model=sides[0].shape.model,
-        baseline_model=sides[1].shape.model if len(sides) > 1 else None,
-        levels=levels,
-        settings=settings,
+        candidate_url=candidate_url, baseline_url=baseline_url, levels=[], settings=settings
     )
+    try:
+        sides = [await _side(CANDIDATE, candidate_url, candidate_model, settings)]
+        if baseline_url is not None:
+            sides.append(await _side(BASELINE, baseline_url, baseline_model, settings))
+    except ServerError as exc:  # nothing measured: no verdict, and why
+        return LatencyResult(
+            name="latency",
+            passed=None,
+            reason=f"no verdict: {exc}",
+            figures=figures,
+            evidence=[str(exc)],
+        )
+    figures.candidate_model = sides[0].shape.model
+    figures.baseline_model = sides[1].shape.model if len(sides) > 1 else None
+    figures.levels = [await _measure_level(sides, c, settings) for c in settings.levels]
     return _result(figures, has_baseline=baseline_url is not None)
 
 

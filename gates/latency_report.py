@@ -27,8 +27,8 @@ class LevelFigures(BaseModel):
 class LatencyFigures(Figures):
     candidate_url: str
     baseline_url: str | None
-    candidate_model: str
-    baseline_model: str | None
+    candidate_model: str | None = None
+    baseline_model: str | None = None
     levels: list[LevelFigures]
     settings: LatencySettings
 

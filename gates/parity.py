@@ -35,13 +35,19 @@ def run_parity(
     model_id: str | None = None,
 ) -> ParityResult:
     """Compare the server at `url` with `golden`; model id defaults to the golden's."""
-    tolerances = tolerances or ParityTolerances()
-    return asyncio.run(_run(url, golden, tolerances, model_id=model_id or golden.model_id))
+    return asyncio.run(run_parity_async(url, golden, tolerances, model_id=model_id))
 
 
-async def _run(
-    url: str, golden: Golden, tolerances: ParityTolerances, *, model_id: str
+async def run_parity_async(
+    url: str,
+    golden: Golden,
+    tolerances: ParityTolerances | None = None,
+    *,
+    model_id: str | None = None,
 ) -> ParityResult:
+    """As `run_parity`, inside a running event loop."""
+    tolerances = tolerances or ParityTolerances()
+    model_id = model_id or golden.model_id
     try:
         async with api.make_client(url, timeout_s=REQUEST_TIMEOUT_S) as client:
             outputs = await collect_outputs(client, model_id=model_id, settings=golden.settings)

@@ -57,7 +57,7 @@ async def _probe(url: str, figures: SmokeFigures, timeout_s: float) -> str | Non
         figures.listed_models = await api.list_model_ids(client)
         if figures.model_id not in figures.listed_models:
             return (
-                f"{url}/v1/models lists {figures.listed_models}, expected "
+                f"{url.rstrip('/')}/v1/models lists {figures.listed_models}, expected "
                 f"{figures.model_id!r}: the server runs another model"
             )
         body = {
@@ -72,5 +72,5 @@ async def _probe(url: str, figures: SmokeFigures, timeout_s: float) -> str | Non
     choices = payload.get("choices") or [{}]
     figures.output_text = str(choices[0].get("text") or "")
     if not figures.output_text:
-        return f"{url}/v1/completions returned no text for {SMOKE_PROMPT!r}: {str(payload)[:200]}"
+        return f"{url.rstrip('/')}/v1/completions returned no text for {SMOKE_PROMPT!r}: {str(payload)[:200]}"
     return None

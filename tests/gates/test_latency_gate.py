@@ -4,6 +4,8 @@ and the seed's shape holds (the fp16 14B loses to the GPTQ MoE at 1 stream, wins
 
 from __future__ import annotations
 
+import socket
+
 import pytest
 
 from gates.latency import run_latency
@@ -78,3 +80,12 @@ def test_seed_shape_14b_loses_at_one_stream_and_wins_at_sixteen(
     assert tpot_one.outcome == "regressed" and tpot_one.ratio > 1.4  # 27.9 vs 17.6 ms
     assert tpot_sixteen.outcome == "no regression" and tpot_sixteen.ratio < 0.7  # 39.7 vs 71.5
     assert sixteen.candidate.throughput_tok_s > sixteen.baseline.throughput_tok_s
+
+
+def test_unreachable_server_gives_no_verdict() -> None:
+    with socket.socket() as sock:  # a port that was free a moment ago and is closed now
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    result = run_latency(f"http://127.0.0.1:{port}", None, SMALL)
+    assert result.passed is None
+    assert "ConnectError" in result.reason and result.figures.levels == []
