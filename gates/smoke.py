@@ -72,5 +72,8 @@ async def _probe(url: str, figures: SmokeFigures, timeout_s: float) -> str | Non
     choices = payload.get("choices") or [{}]
     figures.output_text = str(choices[0].get("text") or "")
     if not figures.output_text:
-        return f"{url.rstrip('/')}/v1/completions returned no text for {SMOKE_PROMPT!r}: {str(payload)[:200]}"
+        return (
+            f"{url.rstrip('/')}/v1/completions returned no text for {SMOKE_PROMPT!r}: "
+            f"{str(payload)[:200]}"
+        )
     return None
