@@ -6,7 +6,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from gates.load import Run
 from gates.metrics import (
@@ -30,6 +30,7 @@ class CellSamples:
     n_requests: int
     errors: Counter[str]
     duration_s: float
+    n_out_guessed: int = 0  # successful requests whose N_out was not in `usage`
 
     @classmethod
     def from_runs(cls, runs: list[Run]) -> CellSamples:
@@ -37,7 +38,9 @@ class CellSamples:
         metrics = [m for r in records if (m := compute_request_metrics(r)) is not None]
         errors = Counter(_error_kind(r.error) for r in records if r.error is not None)
         errors.update("no token events" for r in records if r.error is None and not r.ok)
-        return cls(metrics, len(records), errors, sum(run.duration_s for run in runs))
+        guessed = sum(r.ok and r.n_out_source == "events" for r in records)
+        duration_s = sum(run.duration_s for run in runs)
+        return cls(metrics, len(records), errors, duration_s, guessed)
 
     def values_ms(self, field: str) -> np.ndarray:
         """One value per request: `ttft`, `e2el` or `tpot` in ms."""
@@ -83,6 +86,7 @@ class CellFigures(BaseModel):
     queue_ms: LatencySummary | None
     tokens_per_event: LatencySummary | None
     output_tokens: int
+    n_out_guessed: int = Field(0, description="N_out counted from events: no usage sent")
     duration_s: float
     throughput_tok_s: float | None
     goodput_req_s: float | None
@@ -121,6 +125,7 @@ def summarise_cell(samples: CellSamples, *, label: str, concurrency: int, slo: S
         queue_ms=summarise([m.queue_ns / NS_PER_MS for m in metrics]),
         tokens_per_event=summarise([m.tokens_per_event for m in metrics]),
         output_tokens=samples.output_tokens(),
+        n_out_guessed=samples.n_out_guessed,
         duration_s=samples.duration_s,
         throughput_tok_s=throughput,
         goodput_req_s=_goodput(samples, slo),

@@ -185,8 +185,8 @@ def _result(figures: LatencyFigures, *, has_baseline: bool) -> LatencyResult:
     findings = [f for level in figures.levels for f in level.findings]
     passed = verdict_of(findings, decided=any(lv.passed is not None for lv in figures.levels))
     if passed is None:
-        why = "a baseline or an SLO" if not has_baseline else "enough successful requests"
-        reason = f"no verdict: the run had no {why} to decide on; figures only"
+        why = "too few successful requests" if has_baseline else "no baseline and no SLO"
+        reason = f"no verdict: {why} to decide on; figures only"
     elif passed:
         reason = "no regression beyond the margins and every SLO met at every level"
     else:
