@@ -62,16 +62,12 @@ def wait(
     """Poll IMAGE until it points at a build containing every --requires commit."""
     from flows.image import wait_for_image
 
-    requirement = _requirement(
-        image,
-        source,
-        requires,
-        platform=platform,
-        git_cache=git_cache,
-        secret_block=secret_block,
-        timeout_s=parse_duration(timeout),
-        poll_interval_s=parse_duration(poll_interval),
-    )
+    options = {"platform": platform, "git_cache": git_cache, "secret_block": secret_block}
+    timing = {
+        "timeout_s": parse_duration(timeout),
+        "poll_interval_s": parse_duration(poll_interval),
+    }
+    requirement = _requirement(image, source, requires, **options, **timing)
     _run(lambda: wait_for_image(requirement, on_seen=_print_sighting), as_json=as_json)
 
 
@@ -88,14 +84,8 @@ def check(
     """Check once whether IMAGE contains every --requires commit."""
     from flows.image import check_image
 
-    requirement = _requirement(
-        image,
-        source,
-        requires,
-        platform=platform,
-        git_cache=git_cache,
-        secret_block=secret_block,
-    )
+    options = {"platform": platform, "git_cache": git_cache, "secret_block": secret_block}
+    requirement = _requirement(image, source, requires, **options)
     _run(lambda: check_image(requirement), as_json=as_json)
 
 
