@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 import threading
+import time
 from types import TracebackType
 
 from flows.errors import PermanentError
@@ -20,6 +21,10 @@ LEASE_S = int(os.environ.get("HANDOFF_LEASE_S", "30"))
 
 class HandoffInProgress(PermanentError):
     """Another handoff holds this Service's Lease."""
+
+
+class _HeldByResumable(Exception):
+    """The Lease is still live but its holder's run is the one being resumed."""
 
 
 def _now() -> dt.datetime:
@@ -70,6 +75,20 @@ class ServiceLease:
         }
 
     def acquire(self) -> None:
+        deadline = time.monotonic() + LEASE_S + 5
+        while True:
+            try:
+                self._try_acquire()
+                return
+            except _HeldByResumable:
+                if time.monotonic() > deadline:
+                    raise HandoffInProgress(
+                        f"Lease {self.namespace}/{self.name} is still renewed by {self.wait_for} "
+                        f"after {LEASE_S + 5} s: that run is alive; let it finish"
+                    ) from None
+                time.sleep(1.0)
+
+    def _try_acquire(self) -> None:
         api = self.kube.coordination
         body = {"metadata": {"name": self.name, "namespace": self.namespace}, "spec": self._spec()}
         try:
@@ -87,7 +106,9 @@ class ServiceLease:
             else _now()
         )
         live = spec.holder_identity and expires > _now()
-        if live and spec.holder_identity not in (self.holder, self.takeover_from):
+        if live and spec.holder_identity == self.wait_for:
+            raise _HeldByResumable
+        if live and spec.holder_identity != self.holder:
             raise HandoffInProgress(
                 f"Service {self.namespace}/{self.name.removeprefix('handoff-')} is being "
                 f"handed off by {spec.holder_identity} "

@@ -16,13 +16,22 @@ from flows.capacity import Decision, NodeGpu, Strategy, compute_gpu_ledger, deci
 from flows.errors import HandoffError, PermanentError
 from flows.kube import read, write
 from flows.kube.client import Kube
-from flows.kube.objects import DeploymentSnapshot, ServiceSnapshot, matches, pod_spec_gpus
+from flows.kube.objects import (
+    DeploymentSnapshot,
+    ServiceSnapshot,
+    matches,
+    owned_by_deployment,
+    pod_spec_gpus,
+)
 from flows.ledger import Snapshot, WorkloadSnapshot
-from flows.render import load_manifest, override_image, render_candidate, service_selector
+from flows.render import (
+    compute_startup_allowance,
+    load_manifest,
+    override_image,
+    render_candidate,
+    service_selector,
+)
 from flows.spec import HandoffSpec
-
-# Used when the candidate declares no startupProbe: a generous cold start.
-DEFAULT_STARTUP_S = 300.0
 
 
 class PlanRefused(PermanentError):
@@ -98,15 +107,21 @@ def make_plan(kube: Kube, spec: HandoffSpec) -> Plan:
     manifest = load_manifest(spec)
     per_pod = pod_spec_gpus(manifest["spec"]["template"]["spec"])
     pods = read.list_scheduled_pods(kube)
-    ns_pods = [p for p in pods if _in_namespace(p, current + ([candidate] if candidate else []))]
+    ns_pods = [
+        p
+        for p in pods
+        if any(
+            owned_by_deployment(p, d.name) for d in [*current, *([candidate] if candidate else [])]
+        )
+    ]
     decision = decide_strategy(
         same_deployment=spec.in_place,
         per_pod=per_pod,
         preview=spec.candidate.preview_replicas,
         target=spec.candidate.replicas,
         ledger=compute_gpu_ledger(read.list_nodes(kube), pods),
-        current_pods=[p for p in ns_pods if any(_owned_by(p, d) for d in current)],
-        candidate_pods=[p for p in ns_pods if candidate and _owned_by(p, candidate)],
+        current_pods=[p for p in ns_pods if any(owned_by_deployment(p, d.name) for d in current)],
+        candidate_pods=[p for p in ns_pods if candidate and owned_by_deployment(p, candidate.name)],
     )
     pin = _live_selector_pin(kube, spec, service, current, manifest)
     return Plan(
@@ -134,18 +149,6 @@ def _require(kube: Kube, spec: HandoffSpec, name: str) -> DeploymentSnapshot:
             "exist; fix `current:` or apply the workload the Service serves from"
         )
     return found
-
-
-def _owned_by(pod: Any, deployment: DeploymentSnapshot) -> bool:
-    return (
-        pod.owner is not None
-        and pod.owner.startswith(f"{deployment.name}-")
-        and matches(deployment.selector, pod.labels)
-    )
-
-
-def _in_namespace(pod: Any, deployments: list[DeploymentSnapshot]) -> bool:
-    return any(_owned_by(pod, d) for d in deployments)
 
 
 def _live_selector_pin(
@@ -184,18 +187,7 @@ def _downtime_bound(
         (d.spec["template"]["spec"].get("terminationGracePeriodSeconds", 30) for d in current),
         default=30,
     )
-    container = next(
-        c
-        for c in manifest["spec"]["template"]["spec"]["containers"]
-        if c["name"] == spec.candidate.container
-    )
-    probe = container.get("startupProbe")
-    startup = (
-        probe.get("initialDelaySeconds", 0)
-        + probe.get("periodSeconds", 10) * probe.get("failureThreshold", 3)
-        if probe
-        else DEFAULT_STARTUP_S
-    )
+    startup = compute_startup_allowance(manifest, spec.candidate.container)
     gates = (
         spec.gates.smoke_deadline_s
         + 60.0 * (spec.gates.parity is not None)

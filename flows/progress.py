@@ -14,7 +14,7 @@ from typing import Any
 from flows.errors import PermanentError
 from flows.kube import read, write
 from flows.kube.client import Conflict, Kube
-from flows.ledger import ANNOTATION, Ledger, Phase, parse_ledger
+from flows.ledger import ANNOTATION, TERMINAL, Ledger, Phase, parse_ledger
 from flows.plan import Plan
 from flows.spec import HandoffSpec
 
@@ -38,7 +38,11 @@ def save_ledger(
     for _ in range(_RETRIES):
         service = read.read_service(kube, spec.namespace, spec.service)
         on_cluster = parse_ledger(service.annotations)
-        if on_cluster is not None and on_cluster.handoff_id != ledger.handoff_id:
+        if (
+            on_cluster is not None
+            and on_cluster.handoff_id != ledger.handoff_id
+            and on_cluster.phase not in TERMINAL
+        ):
             raise PermanentError(
                 f"Service {spec.namespace}/{spec.service} is held by handoff "
                 f"{on_cluster.handoff_id} ({on_cluster.phase}), not {ledger.handoff_id}: "

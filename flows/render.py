@@ -107,3 +107,21 @@ def service_selector(manifest: dict[str, Any], revision: str) -> dict[str, str]:
     """What the Service selects after the swap: the Deployment's selector plus the revision."""
     match = manifest["spec"]["selector"].get("matchLabels") or {}
     return {**match, REVISION_LABEL: revision}
+
+
+# Used when the candidate declares no startupProbe: a generous cold start.
+DEFAULT_STARTUP_S = 300.0
+
+
+def compute_startup_allowance(manifest: dict[str, Any], container: str) -> float:
+    """How long the candidate may take to start: its startupProbe's budget, else a default."""
+    spec = next(
+        c for c in manifest["spec"]["template"]["spec"]["containers"] if c["name"] == container
+    )
+    probe = spec.get("startupProbe")
+    if not probe:
+        return DEFAULT_STARTUP_S
+    return float(
+        probe.get("initialDelaySeconds", 0)
+        + probe.get("periodSeconds", 10) * probe.get("failureThreshold", 3)
+    )

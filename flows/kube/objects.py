@@ -90,3 +90,8 @@ def container_gpus(container: dict[str, Any]) -> int:
 
 def pod_spec_gpus(pod_spec: dict[str, Any]) -> int:
     return sum(container_gpus(c) for c in pod_spec.get("containers") or [])
+
+
+def owned_by_deployment(pod: PodSnapshot, deployment: str) -> bool:
+    """The pod belongs to a ReplicaSet of that Deployment (named `<deployment>-<hash>`)."""
+    return pod.owner is not None and pod.owner.rsplit("-", 1)[0] == deployment

@@ -145,6 +145,10 @@ def read_endpoints(kube: Kube, namespace: str, service: str) -> EndpointsSnapsho
             raw = _raw(kube, kube.core.read_namespaced_endpoints(service, namespace))
     except NotFound:
         return EndpointsSnapshot(ready_pods=[], not_ready_pods=[])
+    return endpoints_snapshot(raw)
+
+
+def endpoints_snapshot(raw: dict[str, Any]) -> EndpointsSnapshot:
     ready: list[str] = []
     not_ready: list[str] = []
     for subset in raw.get("subsets") or []:

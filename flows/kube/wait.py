@@ -16,10 +16,11 @@ from kubernetes.client.exceptions import ApiException
 
 from flows.errors import TransientError
 from flows.kube.client import Kube, mapped
-from flows.kube.objects import PodSnapshot
-from flows.kube.read import pod_snapshot
+from flows.kube.objects import EndpointsSnapshot, PodSnapshot
+from flows.kube.read import endpoints_snapshot, pod_snapshot
 
 T = TypeVar("T")
+S = TypeVar("S")
 
 
 class WaitTimedOut(TransientError):
@@ -37,66 +38,119 @@ def wait_pods(
 ) -> T:
     """Follow the pods matching selector until decide(pods) returns a value."""
     label_selector = ",".join(f"{k}={v}" for k, v in selector.items())
+    return watch_until(
+        kube,
+        kube.core.list_namespaced_pod,
+        namespace,
+        label_selector=label_selector,
+        snapshot=pod_snapshot,
+        decide=decide,
+        deadline_s=deadline_s,
+        what=what,
+        describe=_describe_pods,
+    )
+
+
+def wait_endpoints(
+    kube: Kube,
+    namespace: str,
+    service: str,
+    *,
+    decide: Callable[[list[EndpointsSnapshot]], T | None],
+    deadline_s: float,
+    what: str,
+) -> T:
+    """Follow the Service's Endpoints object until decide([endpoints]) returns a value."""
+    return watch_until(
+        kube,
+        kube.core.list_namespaced_endpoints,
+        namespace,
+        field_selector=f"metadata.name={service}",
+        snapshot=endpoints_snapshot,
+        decide=decide,
+        deadline_s=deadline_s,
+        what=what,
+        describe=lambda items: repr(list(items.values())),
+    )
+
+
+def watch_until(
+    kube: Kube,
+    list_fn: Callable[..., Any],
+    namespace: str,
+    *,
+    snapshot: Callable[[dict[str, Any]], S],
+    decide: Callable[[list[S]], T | None],
+    deadline_s: float,
+    what: str,
+    describe: Callable[[dict[str, S]], str],
+    **selectors: str,
+) -> T:
+    """List once, then follow a watch from that resourceVersion, deciding on every event."""
     deadline = time.monotonic() + deadline_s
-    pods: dict[str, PodSnapshot] = {}
     while True:
-        with mapped(f"list pods {label_selector} in {namespace}"):
-            listing = kube.core.list_namespaced_pod(namespace, label_selector=label_selector)
-        raw = kube.api.sanitize_for_serialization(listing)
-        pods = {p["metadata"]["name"]: pod_snapshot(p) for p in raw["items"]}
-        verdict = decide(list(pods.values()))
+        with mapped(f"list for {what} in {namespace}"):
+            raw = kube.api.sanitize_for_serialization(list_fn(namespace, **selectors))
+        items = {i["metadata"]["name"]: snapshot(i) for i in raw["items"]}
+        verdict = decide(list(items.values()))
         if verdict is not None:
             return verdict
         try:
             return _follow(
                 kube,
+                list_fn,
                 namespace,
-                label_selector,
+                selectors,
                 raw["metadata"]["resourceVersion"],
-                pods,
+                items,
+                snapshot,
                 decide,
                 deadline,
                 what,
+                describe,
             )
         except _Restart:
             continue
 
 
 class _Restart(Exception):
-    """The watch expired (410 Gone or closed early): list again."""
+    """The watch expired (410 Gone): list again."""
 
 
 def _follow(
     kube: Kube,
+    list_fn: Callable[..., Any],
     namespace: str,
-    label_selector: str,
+    selectors: dict[str, str],
     resource_version: str,
-    pods: dict[str, PodSnapshot],
-    decide: Callable[[list[PodSnapshot]], T | None],
+    items: dict[str, S],
+    snapshot: Callable[[dict[str, Any]], S],
+    decide: Callable[[list[S]], T | None],
     deadline: float,
     what: str,
+    describe: Callable[[dict[str, S]], str],
 ) -> T:
     w = watch.Watch()
     while True:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
-            raise WaitTimedOut(f"timed out waiting for {what}; last seen: {_describe(pods)}")
+            raise WaitTimedOut(f"timed out waiting for {what}; last seen: {describe(items)}")
         try:
             stream = w.stream(
-                kube.core.list_namespaced_pod,
+                list_fn,
                 namespace,
-                label_selector=label_selector,
                 resource_version=resource_version,
                 timeout_seconds=max(1, int(min(remaining, 30))),
+                **selectors,
             )
             for event in stream:
                 obj: dict[str, Any] = kube.api.sanitize_for_serialization(event["object"])
                 resource_version = obj["metadata"]["resourceVersion"]
                 if event["type"] == "DELETED":
-                    pods.pop(obj["metadata"]["name"], None)
+                    items.pop(obj["metadata"]["name"], None)
                 else:
-                    pods[obj["metadata"]["name"]] = pod_snapshot(obj)
-                verdict = decide(list(pods.values()))
+                    items[obj["metadata"]["name"]] = snapshot(obj)
+                verdict = decide(list(items.values()))
                 if verdict is not None:
                     w.stop()
                     return verdict
@@ -108,7 +162,7 @@ def _follow(
             raise
 
 
-def _describe(pods: dict[str, PodSnapshot]) -> str:
+def _describe_pods(pods: dict[str, PodSnapshot]) -> str:
     if not pods:
         return "no pods"
     return "; ".join(

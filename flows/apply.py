@@ -1,0 +1,88 @@
+"""Step 3, apply at replicas 0.
+
+Observes the plan and the pinned image; decides the candidate's revision (a hash of
+its pod template and the pinned image, so a rerun computes the same one); changes:
+narrows the live selector first when the candidate's pods would match it, then
+server-side applies the candidate at 0 replicas with the pinned image, the revision
+label and the handoff annotation. In place, the same apply stops the old pods (that
+is the declared downtime) and the step waits until they are gone. Server-side apply
+is idempotent: reapplying the same body changes nothing.
+"""
+
+from __future__ import annotations
+
+from flows.errors import PermanentError
+from flows.image import PinnedImage
+from flows.kube import write
+from flows.kube.wait import wait_pods
+from flows.ledger import Phase
+from flows.progress import HandoffRun
+from flows.render import compute_revision, load_manifest, override_image, render_candidate
+
+OLD_PODS_GONE_S = 120.0
+
+
+def apply_at_zero(run: HandoffRun, image: PinnedImage | None) -> str:
+    """Apply the candidate at 0 replicas; returns its revision."""
+    spec, plan = run.spec, run.plan
+    manifest = load_manifest(spec)
+    pinned = image.ref if image else _unpinned(run)
+    revision = compute_revision(spec, manifest, pinned)
+    if run.reached(Phase.APPLIED):
+        return run.ledger.revision or revision
+    if plan.pin_live_selector:
+        service = plan.service
+        write.patch_service(
+            run.kube,
+            spec.namespace,
+            spec.service,
+            resource_version=None,
+            selector=(service.selector, plan.pin_live_selector),
+        )
+    body = render_candidate(
+        spec,
+        manifest,
+        pinned=pinned,
+        revision=revision,
+        replicas=0,
+        handoff_id=run.ledger.handoff_id,
+    )
+    write.apply_deployment(run.kube, body)
+    if spec.in_place:
+        _wait_old_pods_gone(run, revision)
+        run.advance(Phase.OLD_STOPPED)
+    run.advance(Phase.APPLIED, revision=revision, image=pinned)
+    return revision
+
+
+def _unpinned(run: HandoffRun) -> str:
+    manifest = load_manifest(run.spec)
+    container = next(
+        c
+        for c in manifest["spec"]["template"]["spec"]["containers"]
+        if c["name"] == run.spec.candidate.container
+    )
+    return override_image(run.spec, container["image"])
+
+
+def _wait_old_pods_gone(run: HandoffRun, revision: str) -> None:
+    """In place: the old pods must be gone (their GPUs freed) before the candidate scales."""
+    from flows.ledger import REVISION_LABEL
+
+    deployment = run.plan.current[0]
+
+    def gone(pods: list) -> bool | None:  # type: ignore[type-arg]
+        old = [p for p in pods if p.labels.get(REVISION_LABEL) != revision]
+        return True if not old else None
+
+    try:
+        wait_pods(
+            run.kube,
+            run.spec.namespace,
+            deployment.selector,
+            decide=gone,
+            deadline_s=OLD_PODS_GONE_S,
+            what=f"the old pods of {deployment.name} to stop",
+        )
+    except Exception as exc:
+        raise PermanentError(f"in-place handoff: {exc}") from exc

@@ -1,0 +1,118 @@
+"""Step 5, gates: smoke, parity and latency against the warm candidate.
+
+Observes the candidate (one ready pod) and, side by side, the live baseline (one
+pod of the current workload), both through port-forwards. Decides with `gates/`
+(which returns values, never raises for a failed gate). Changes nothing on the
+cluster, so a rerun simply measures again. The evidence carries every gate's
+report and a hash binding them to the pinned image, for the approval.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+from collections.abc import Iterator
+
+from pydantic import BaseModel
+
+from flows.capacity import Strategy
+from flows.errors import GateFailed
+from flows.kube import read
+from flows.kube.portforward import PortForwarder
+from flows.ledger import Phase
+from flows.progress import HandoffRun
+from gates.golden_format import Golden
+from gates.latency import run_latency
+from gates.parity import run_parity
+from gates.smoke import run_smoke
+
+
+class GateSummary(BaseModel):
+    name: str
+    verdict: str
+    reason: str
+    markdown: str
+    figures: dict[str, object]
+
+
+class Evidence(BaseModel):
+    image: str | None
+    gates: list[GateSummary]
+    sha256: str
+
+    @property
+    def passed(self) -> bool:
+        return all(g.verdict == "pass" for g in self.gates)
+
+    def markdown(self) -> str:
+        head = f"**Image:** `{self.image}`  \n**Evidence sha256:** `{self.sha256}`\n"
+        return head + "\n".join(f"\n### {g.name}: {g.verdict}\n{g.markdown}" for g in self.gates)
+
+
+@contextlib.contextmanager
+def _forward(run: HandoffRun, pod: str) -> Iterator[str]:
+    with PortForwarder(run.kube, run.spec.namespace, pod, run.spec.candidate.port) as pf:
+        yield pf.url
+
+
+def _baseline_pod(run: HandoffRun) -> str | None:
+    """A ready pod of the live workload, when side by side (in place it is gone)."""
+    if run.plan.strategy is not Strategy.SIDE_BY_SIDE:
+        return None
+    for deployment in run.plan.current:
+        for pod in read.list_pods(run.kube, run.spec.namespace, deployment.selector):
+            if pod.ready and not pod.terminating:
+                return pod.name
+    return None
+
+
+def run_gates(run: HandoffRun, candidate_pods: tuple[str, ...]) -> Evidence:
+    """Run every configured gate; raise GateFailed (with the evidence) unless all pass."""
+    gates, summaries = run.spec.gates, []
+    with _forward(run, candidate_pods[0]) as url:
+        smoke = run_smoke(url, model_id=gates.model_id, deadline_s=gates.smoke_deadline_s)
+        summaries.append(_summary(smoke))
+        if gates.parity is not None:
+            golden = Golden.load(gates.parity.golden)
+            summaries.append(
+                _summary(run_parity(url, golden, gates.parity.tolerances, model_id=gates.model_id))
+            )
+        if gates.latency is not None:
+            summaries.append(_summary(_latency(run, url)))
+    evidence = _evidence(run, summaries)
+    run.evidence["gates"] = evidence
+    if not evidence.passed:
+        failed = [g for g in summaries if g.verdict != "pass"]
+        raise GateFailed(
+            "gates did not pass: " + "; ".join(f"{g.name} {g.verdict}: {g.reason}" for g in failed)
+        )
+    run.advance(Phase.GATED, evidence_sha256=evidence.sha256)
+    return evidence
+
+
+def _latency(run: HandoffRun, candidate_url: str):  # type: ignore[no-untyped-def]
+    settings = run.spec.gates.latency
+    baseline = _baseline_pod(run)
+    if baseline is None:
+        return run_latency(candidate_url, None, settings, candidate_model=run.spec.gates.model_id)
+    with _forward(run, baseline) as baseline_url:
+        return run_latency(
+            candidate_url, baseline_url, settings, candidate_model=run.spec.gates.model_id
+        )
+
+
+def _summary(result) -> GateSummary:  # type: ignore[no-untyped-def]
+    return GateSummary(
+        name=result.name,
+        verdict=result.verdict,
+        reason=result.reason,
+        markdown=result.markdown(),
+        figures=result.figures.model_dump(mode="json"),
+    )
+
+
+def _evidence(run: HandoffRun, summaries: list[GateSummary]) -> Evidence:
+    digest = hashlib.sha256((run.ledger.image or "").encode())
+    for gate in summaries:
+        digest.update(gate.markdown.encode())
+    return Evidence(image=run.ledger.image, gates=summaries, sha256=digest.hexdigest())

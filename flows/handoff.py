@@ -1,0 +1,48 @@
+"""The handoff flow: one Service, from its current workload to a candidate.
+
+Reads like the runbook; every step lives in its own module (see flows/tasks.py).
+Any failure after the first write rolls back from the snapshot on the Service.
+"""
+
+from __future__ import annotations
+
+from prefect import flow
+
+from flows.record import HandoffRecord, Trigger
+from flows.session import begin, finish
+from flows.tasks import (
+    apply_at_zero,
+    approve_downtime,
+    approve_gates,
+    roll_back,
+    run_gates,
+    scale_up_and_retire,
+    swap_selector,
+    wait_for_image,
+    warm_up,
+)
+
+
+@flow(name="handoff", log_prints=True)
+def handoff(
+    spec_file: str,
+    auto_approve: bool = False,
+    kubeconfig: str | None = None,
+    trigger: Trigger | None = None,
+) -> HandoffRecord:
+    """plan → image → apply at 0 → warm → gates → approve → swap → scale up → retire."""
+    with begin(spec_file, kubeconfig=kubeconfig) as run:
+        try:
+            pinned = wait_for_image(run)
+            approve_downtime(run, auto=auto_approve)
+            apply_at_zero(run, pinned)
+            pods = warm_up(run)
+            evidence = run_gates(run, pods)
+            approve_gates(run, evidence, auto=auto_approve)
+            swap_selector(run)
+            scale_up_and_retire(run)
+        except Exception as exc:
+            roll_back(run, exc)
+            finish(run, trigger)
+            raise
+        return finish(run, trigger)

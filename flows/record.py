@@ -1,0 +1,99 @@
+"""Step 9, record: the handoff's audit record, on the Service and as a report.
+
+The record (trigger, image and fix evidence, gate verdicts, approver, outcome,
+rollback cause, durations per step) is appended to the Service's history
+annotation (newest HISTORY_KEEP kept) and announced by an Event on the Service;
+the flow also stores it as Prefect artifacts. `handoff history` reads both.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from flows.kube import read, write
+from flows.kube.client import Conflict, Kube
+from flows.ledger import HISTORY_ANNOTATION, Ledger, appended_history, history_entries
+from flows.spec import HandoffSpec
+
+
+class Trigger(BaseModel):
+    """What started the handoff (a merge via the webhook relay, or a person)."""
+
+    source: str = "cli"
+    delivery_id: str | None = None
+    merge_commit: str | None = None
+    repository: str | None = None
+
+
+class HandoffRecord(BaseModel):
+    handoff_id: str
+    spec: str
+    namespace: str
+    service: str
+    strategy: str | None
+    outcome: str
+    cause: str | None = None
+    image: str | None = None
+    revision: str | None = None
+    fixes: list[str] = Field(default_factory=list)
+    gates: dict[str, str] = Field(default_factory=dict)
+    gate_figures: dict[str, Any] = Field(default_factory=dict)
+    approver: str | None = None
+    evidence_sha256: str | None = None
+    trigger: Trigger = Trigger()
+    durations_s: dict[str, float] = Field(default_factory=dict)
+    downtime_bound_s: float | None = None
+    started_at: str
+    finished_at: str
+    flow_run_id: str | None = None
+
+    def compact(self) -> dict[str, Any]:
+        """What fits in the annotation: figures stay in the Prefect artifact."""
+        return self.model_dump(exclude={"gate_figures"}, exclude_none=True)
+
+
+def record(kube: Kube, spec: HandoffSpec, entry: HandoffRecord, ledger: Ledger | None) -> None:
+    """Append the record to the Service's history and announce it with an Event."""
+    for _ in range(5):
+        service = read.read_service(kube, spec.namespace, spec.service)
+        if any(
+            e.get("handoff_id") == entry.handoff_id and e.get("outcome") == entry.outcome
+            for e in history_entries(service.annotations)
+        ):
+            break
+        try:
+            write.patch_service(
+                kube,
+                spec.namespace,
+                spec.service,
+                resource_version=service.resource_version,
+                annotations={
+                    HISTORY_ANNOTATION: appended_history(service.annotations, entry.compact())
+                },
+            )
+            break
+        except Conflict:
+            continue
+    service = read.read_service(kube, spec.namespace, spec.service)
+    message = (
+        f"handoff {entry.handoff_id} ({entry.spec}): {entry.outcome}"
+        + (f", image {entry.image}" if entry.image else "")
+        + (f", approved by {entry.approver}" if entry.approver else "")
+        + (f"; cause: {entry.cause}" if entry.cause else "")
+    )
+    write.record_event(
+        kube,
+        namespace=spec.namespace,
+        kind="Service",
+        name=spec.service,
+        uid=service.uid,
+        reason=f"Handoff{entry.outcome.title().replace('-', '')}",
+        message=message,
+        warning=entry.outcome != "done",
+    )
+
+
+def read_history(kube: Kube, namespace: str, service: str) -> list[dict[str, Any]]:
+    return history_entries(read.read_service(kube, namespace, service).annotations)

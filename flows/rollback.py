@@ -1,0 +1,105 @@
+"""Roll back: restore the Service and its workloads from the ledger's snapshot.
+
+Works from what is recorded on the cluster only, so it runs after a crash as well
+as after a failed step (`handoff rollback SPEC`). Order keeps clients served where
+it can: the old workloads come back and are Ready first, then the selector goes
+back, then the candidate goes to its previous replica count (0 if it is new; it
+is kept, not deleted). In place, the previous Deployment spec is put back whole.
+Each write checks the cluster first, so a second rollback changes nothing.
+"""
+
+from __future__ import annotations
+
+from flows.errors import HandoffError
+from flows.kube import read, write
+from flows.kube.client import Kube
+from flows.kube.objects import PodSnapshot, owned_by_deployment
+from flows.kube.wait import wait_pods
+from flows.ledger import TERMINAL, Ledger, Phase, WorkloadSnapshot
+from flows.progress import read_ledger, save_ledger
+from flows.spec import HandoffSpec
+
+RESTORE_S = 300.0
+
+
+def rollback(kube: Kube, spec: HandoffSpec, *, cause: str) -> Ledger | None:
+    """Restore the pre-handoff state; returns the final ledger, or None if none was found."""
+    ledger = read_ledger(kube, spec)
+    if ledger is None or ledger.phase in TERMINAL:
+        return ledger
+    if ledger.phase is not Phase.ROLLING_BACK:
+        ledger = save_ledger(kube, spec, ledger.to(Phase.ROLLING_BACK, cause=cause[:2000]))
+    problems: list[str] = []
+    for workload in ledger.snapshot.workloads:
+        _restore_workload(kube, spec, workload, problems)
+    _restore_selector(kube, spec, ledger)
+    if not spec.in_place and ledger.snapshot.candidate_replicas == 0:
+        _scale_candidate_down(kube, spec, ledger)
+    service = read.read_service(kube, spec.namespace, spec.service)
+    write.record_event(
+        kube,
+        namespace=spec.namespace,
+        kind="Service",
+        name=spec.service,
+        uid=service.uid,
+        reason="HandoffRolledBack",
+        warning=True,
+        message=f"handoff {ledger.handoff_id} rolled back: {cause}"[:1000],
+    )
+    note = f"{cause}; rollback problems: {'; '.join(problems)}" if problems else cause
+    return save_ledger(kube, spec, ledger.to(Phase.ROLLED_BACK, cause=note[:2000]))
+
+
+def _restore_workload(
+    kube: Kube, spec: HandoffSpec, workload: WorkloadSnapshot, problems: list[str]
+) -> None:
+    current = read.read_deployment(kube, spec.namespace, workload.name)
+    if current is None:
+        problems.append(f"Deployment {workload.name} no longer exists")
+        return
+    if workload.spec is not None and current.spec != workload.spec:
+        write.replace_deployment_spec(
+            kube,
+            spec.namespace,
+            workload.name,
+            workload.spec,
+            resource_version=current.resource_version,
+        )
+    elif current.replicas != workload.replicas:
+        write.scale_deployment(kube, spec.namespace, workload.name, workload.replicas)
+    if workload.replicas == 0:
+        return
+    try:
+        wait_pods(
+            kube,
+            spec.namespace,
+            current.selector,
+            decide=lambda pods: _ready_owned(pods, workload.name, workload.replicas),
+            deadline_s=RESTORE_S,
+            what=f"{workload.replicas} Ready pod(s) of {workload.name}",
+        )
+    except HandoffError as exc:
+        problems.append(str(exc))
+
+
+def _ready_owned(pods: list[PodSnapshot], name: str, want: int) -> bool | None:
+    ready = [p for p in pods if owned_by_deployment(p, name) and p.ready and not p.terminating]
+    return True if len(ready) >= want else None
+
+
+def _restore_selector(kube: Kube, spec: HandoffSpec, ledger: Ledger) -> None:
+    service = read.read_service(kube, spec.namespace, spec.service)
+    if service.selector != ledger.snapshot.selector:
+        write.patch_service(
+            kube,
+            spec.namespace,
+            spec.service,
+            resource_version=service.resource_version,
+            selector=(service.selector, ledger.snapshot.selector),
+        )
+
+
+def _scale_candidate_down(kube: Kube, spec: HandoffSpec, ledger: Ledger) -> None:
+    candidate = read.read_deployment(kube, spec.namespace, spec.candidate.deployment)
+    if candidate is not None and candidate.replicas != 0:
+        write.scale_deployment(kube, spec.namespace, spec.candidate.deployment, 0)

@@ -1,0 +1,107 @@
+"""Open and close one handoff run: plan, Lease, ledger in; record and artifacts out."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from prefect import get_run_logger
+from prefect.artifacts import (
+    create_markdown_artifact,
+    create_progress_artifact,
+    create_table_artifact,
+    update_progress_artifact,
+)
+from prefect.runtime import flow_run
+
+from flows.image import PinnedImage
+from flows.kube.client import connect
+from flows.lease import ServiceLease
+from flows.plan import make_plan
+from flows.progress import HandoffRun, now_iso
+from flows.record import HandoffRecord, Trigger, record
+from flows.render_report import plan_markdown, record_markdown
+from flows.spec import load_spec
+from flows.start import start_or_resume, unfinished
+
+
+def _run_id() -> str:
+    return str(flow_run.id or uuid.uuid4())
+
+
+@contextmanager
+def begin(spec_file: str, *, kubeconfig: str | None) -> Iterator[HandoffRun]:
+    """Plan, take the Service's Lease, start or resume the ledger."""
+    spec = load_spec(Path(spec_file))
+    kube = connect(kubeconfig)
+    log = get_run_logger()
+    plan = make_plan(kube, spec)
+    log.info("plan for %s:\n%s", spec.name, plan_markdown(plan))
+    pending = unfinished(kube, spec)
+    holder = _run_id()
+    with ServiceLease(
+        kube, spec.namespace, spec.service, holder, wait_for=_lease_holder(kube, spec, pending)
+    ):
+        run = start_or_resume(kube, spec, plan, run_id=holder)
+        progress = create_progress_artifact(progress=0.0, description=f"handoff {spec.name}")
+        run.evidence["progress_hook"] = lambda pct: update_progress_artifact(progress, pct)
+        yield run
+    kube.close()
+
+
+def _lease_holder(kube, spec, pending) -> str | None:  # type: ignore[no-untyped-def]
+    """The holder of the Lease of an unfinished run of this spec, to wait out."""
+    if pending is None or pending.spec != spec.name:
+        return None
+    try:
+        lease = kube.coordination.read_namespaced_lease(f"handoff-{spec.service}", spec.namespace)
+    except Exception:
+        return None
+    return str(lease.spec.holder_identity or "") or None
+
+
+def finish(run: HandoffRun, trigger: Trigger | None) -> HandoffRecord:
+    """Write the audit record to the Service and as Prefect artifacts."""
+    ledger, gates = run.ledger, run.evidence.get("gates")
+    pinned: PinnedImage | None = run.evidence.get("image")
+    entry = HandoffRecord(
+        handoff_id=ledger.handoff_id,
+        spec=run.spec.name,
+        namespace=run.spec.namespace,
+        service=run.spec.service,
+        strategy=ledger.strategy,
+        outcome=str(ledger.phase),
+        cause=ledger.cause,
+        image=ledger.image,
+        revision=ledger.revision,
+        fixes=[f"{f.commit[:12]} {f.found} ({f.matching_commit[:12]})" for f in pinned.fixes]
+        if pinned
+        else [],
+        gates={g.name: g.verdict for g in gates.gates} if gates else {},
+        gate_figures={g.name: g.figures for g in gates.gates} if gates else {},
+        approver=ledger.approver,
+        evidence_sha256=ledger.evidence_sha256,
+        trigger=trigger or Trigger(),
+        durations_s=dict(run.timings),
+        downtime_bound_s=run.plan.downtime_bound_s,
+        started_at=ledger.started_at,
+        finished_at=now_iso(),
+        flow_run_id=_run_id(),
+    )
+    record(run.kube, run.spec, entry, ledger)
+    key = f"handoff-{run.spec.service}"
+    create_markdown_artifact(
+        record_markdown(entry, gates),
+        key=key,
+        description=f"handoff {run.spec.name}: {entry.outcome}",
+    )
+    if gates:
+        rows = [{"gate": g.name, "verdict": g.verdict, "reason": g.reason} for g in gates.gates]
+        create_table_artifact(
+            rows,
+            key=f"gates-{run.spec.service}",
+            description=f"gate verdicts of handoff {run.spec.name}",
+        )
+    return entry

@@ -1,0 +1,56 @@
+"""Start a handoff, or resume the unfinished one recorded on the Service.
+
+Observes the Service's ledger. Decides: no ledger (or a finished one) starts a new
+handoff with the plan's snapshot; an unfinished ledger of the same spec is resumed
+with its own snapshot and strategy (the cluster is mid-handoff, so a fresh snapshot
+would be wrong); an unfinished ledger of another spec refuses. Changes: writes the
+new ledger (phase `started`) only.
+"""
+
+from __future__ import annotations
+
+from flows.capacity import Decision
+from flows.kube.client import Kube
+from flows.lease import HandoffInProgress
+from flows.ledger import TERMINAL, Ledger, Phase
+from flows.plan import Plan, PlanRefused
+from flows.progress import HandoffRun, now_iso, read_ledger, save_ledger
+from flows.spec import HandoffSpec
+
+
+def unfinished(kube: Kube, spec: HandoffSpec) -> Ledger | None:
+    """The Service's unfinished handoff, if any (of any spec)."""
+    ledger = read_ledger(kube, spec)
+    return ledger if ledger is not None and ledger.phase not in TERMINAL else None
+
+
+def start_or_resume(kube: Kube, spec: HandoffSpec, plan: Plan, *, run_id: str) -> HandoffRun:
+    ledger = unfinished(kube, spec)
+    if ledger is not None:
+        if ledger.spec != spec.name:
+            raise HandoffInProgress(
+                f"Service {spec.namespace}/{spec.service} has an unfinished handoff "
+                f"{ledger.handoff_id} of spec {ledger.spec!r} at phase {ledger.phase}: "
+                f"run `handoff rollback` with that spec (or let it finish) first"
+            )
+        resumed = plan.model_copy(
+            update={
+                "decision": Decision(
+                    strategy=ledger.strategy, reasons=[f"resumed at phase {ledger.phase}"]
+                )
+            }
+        )
+        return HandoffRun(kube=kube, spec=spec, plan=resumed, ledger=ledger)
+    if plan.refused:
+        raise PlanRefused(f"handoff {spec.name} refused, nothing written: {plan.refused}")
+    now = now_iso()
+    ledger = Ledger(
+        handoff_id=run_id,
+        spec=spec.name,
+        phase=Phase.STARTED,
+        strategy=str(plan.strategy),
+        snapshot=plan.snapshot(spec),
+        started_at=now,
+        updated_at=now,
+    )
+    return HandoffRun(kube=kube, spec=spec, plan=plan, ledger=save_ledger(kube, spec, ledger))

@@ -1,0 +1,156 @@
+"""The handoff's steps as Prefect tasks: timed, never cached, progress reported.
+
+Each wrapper calls the step module that does the work; side-effecting tasks use
+NO_CACHE so a rerun or a rollback always acts (a cached scale() would be skipped).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+from prefect import get_run_logger, task
+from prefect.cache_policies import NO_CACHE
+
+from flows import apply, approve, gating, image, rollback, scale, swap, warm
+from flows.capacity import Strategy
+from flows.errors import HandoffError
+from flows.image import ImageRequirement, PinnedImage
+from flows.ledger import Phase
+from flows.progress import HandoffRun
+
+T = TypeVar("T")
+STEP_COUNT = 9
+
+
+@contextmanager
+def _timed(run: HandoffRun, name: str) -> Iterator[None]:
+    started = time.monotonic()
+    try:
+        yield
+    finally:
+        run.timings[name] = round(time.monotonic() - started, 3)
+        _progress(run)
+
+
+def _progress(run: HandoffRun) -> None:
+    hook: Callable[[float], None] | None = run.evidence.get("progress_hook")
+    if hook is not None:
+        hook(min(100.0, 100.0 * len(run.timings) / STEP_COUNT))
+
+
+def step(name: str) -> Callable[[Callable[..., T]], Callable[..., T]]:
+    """A Prefect task named `name` that times itself into run.timings."""
+
+    def wrap(fn: Callable[..., T]) -> Callable[..., T]:
+        def body(run: HandoffRun, *args: Any, **kwargs: Any) -> T:
+            with _timed(run, name):
+                return fn(run, *args, **kwargs)
+
+        body.__name__ = body.__qualname__ = fn.__name__
+        body.__doc__ = fn.__doc__
+        return task(name=name, cache_policy=NO_CACHE)(body)  # type: ignore[return-value]
+
+    return wrap
+
+
+@step("wait-for-image")
+def wait_for_image(run: HandoffRun) -> PinnedImage | None:
+    """Pin the image (or reuse the pin a resumed run already applied)."""
+    if run.ledger.image and run.reached(Phase.APPLIED):
+        return None
+    spec, log = run.spec, get_run_logger()
+    requirement = ImageRequirement(
+        repo=spec.resolve_image(spec.image.repository),
+        tag=spec.image.tag,
+        source=spec.image.source,
+        requires=spec.image.requires,
+        timeout_s=spec.image.timeout_s,
+        poll_interval_s=spec.image.poll_interval_s,
+    )
+
+    def seen(sighting: image.Sighting) -> None:
+        verdict = "accepted" if sighting.accepted else "rejected"
+        log.info(
+            "image %s:%s at %s: %s (%s)",
+            requirement.repo,
+            requirement.tag,
+            sighting.digest or "(absent)",
+            verdict,
+            sighting.reason,
+        )
+
+    pinned = image.wait_for_image(requirement, on_seen=seen)
+    run.evidence["image"] = pinned
+    return pinned
+
+
+@step("approve-downtime")
+def approve_downtime(run: HandoffRun, *, auto: bool) -> None:
+    """In place only: the outage the plan declared needs a person's yes first."""
+    if run.plan.strategy is not Strategy.IN_PLACE:
+        return
+    summary = (
+        f"In place: the Service has no ready endpoints from the old pods' stop until "
+        f"the swap, at most ~{run.plan.downtime_bound_s or 0:.0f} s.\n\n"
+        + "\n".join(f"- {r}" for r in run.plan.decision.reasons)
+    )
+    approve.request_approval(
+        run, what="the declared downtime", summary=summary, auto=auto, phase=Phase.DOWNTIME_APPROVED
+    )
+
+
+@step("apply-at-zero")
+def apply_at_zero(run: HandoffRun, pinned: PinnedImage | None) -> str:
+    return apply.apply_at_zero(run, pinned)
+
+
+@step("warm")
+def warm_up(run: HandoffRun) -> tuple[str, ...]:
+    return warm.warm(run)
+
+
+@step("gates")
+def run_gates(run: HandoffRun, pods: tuple[str, ...]) -> gating.Evidence:
+    return gating.run_gates(run, pods)
+
+
+@step("approve")
+def approve_gates(run: HandoffRun, evidence: gating.Evidence, *, auto: bool) -> None:
+    approve.request_approval(
+        run, what="the handoff", summary=evidence.markdown(), auto=auto, phase=Phase.APPROVED
+    )
+
+
+@step("swap")
+def swap_selector(run: HandoffRun) -> None:
+    swap.swap_selector(run)
+
+
+@step("scale-up-and-retire")
+def scale_up_and_retire(run: HandoffRun) -> None:
+    """Scale-up first unless the target only fits once the old workload is gone."""
+    order = (
+        (scale.retire, scale.scale_up)
+        if run.plan.decision.scale_after_retire
+        else (scale.scale_up, scale.retire)
+    )
+    for do in order:
+        do(run)
+    run.advance(Phase.DONE)
+
+
+@step("rollback")
+def roll_back(run: HandoffRun, cause: BaseException) -> None:
+    text = str(cause) if isinstance(cause, HandoffError) else f"{type(cause).__name__}: {cause}"
+    get_run_logger().warning("rolling back: %s", text)
+    ledger = rollback.rollback(run.kube, run.spec, cause=text)
+    if ledger is not None:
+        run.ledger = ledger
+
+
+def spec_path(value: str | Path) -> Path:
+    return Path(value).expanduser().resolve()
