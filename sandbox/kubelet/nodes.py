@@ -21,6 +21,7 @@ KUBELET_VERSION = "v1.20.2"
 HEARTBEAT_S = 10.0
 LEASE_DURATION_S = 40
 GPU_RESOURCE = "nvidia.com/gpu"
+GPU_RUNTIME_CLASS = "nvidia"
 
 
 def _now() -> str:
@@ -162,3 +163,22 @@ class NodeHeartbeat:
                     heartbeat(self._api, name)
                 except Exception as exc:  # keep beating; a missed beat is retried next round
                     self.errors.append(f"{name}: {exc}")
+
+
+def ensure_runtime_class(api: client.ApiClient) -> None:
+    """The `nvidia` RuntimeClass, as the GPU operator installs it beside GPU nodes.
+
+    Without it the apiserver rejects every pod that names it ("RuntimeClass "nvidia" not
+    found"), which the seed's manifests all do.
+    """
+    body = {
+        "apiVersion": "node.k8s.io/v1",
+        "kind": "RuntimeClass",
+        "metadata": {"name": GPU_RUNTIME_CLASS},
+        "handler": GPU_RUNTIME_CLASS,
+    }
+    try:
+        client.NodeV1Api(api).create_runtime_class(body)
+    except ApiException as exc:
+        if exc.status != 409:
+            raise

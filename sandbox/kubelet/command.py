@@ -1,0 +1,88 @@
+"""What process a container runs: the simulated model server, its profile and faults.
+
+The profile comes from the cluster description's ``models`` rules (image server label +
+weights named in the container). Faults come from the image (``dev.handoff.sim.faults``)
+and from the node: a container that requests ``nvidia.com/gpu`` in a pod without
+``runtimeClassName: nvidia`` runs under runc, never gets libcuda injected, and crashes at
+start-up (``crash_on_start``) — the seed's incident.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from kubernetes.client import V1Container, V1PodSpec
+
+from sandbox.cluster import ClusterConfig
+from sandbox.kubelet.images import PulledImage
+from sandbox.kubelet.nodes import GPU_RESOURCE, GPU_RUNTIME_CLASS
+
+SERVER_MODULE = "sandbox.modelserver"
+
+
+class ContainerConfigError(Exception):
+    """No model-server profile fits the container; shown as CreateContainerConfigError."""
+
+
+def requests_gpu(container: V1Container) -> bool:
+    resources = container.resources
+    if resources is None:
+        return False
+    amounts = {**(resources.requests or {}), **(resources.limits or {})}
+    return str(amounts.get(GPU_RESOURCE, "0")) not in ("0", "")
+
+
+def container_words(container: V1Container) -> list[str]:
+    """Command, args and literal env values: where a container names its weights."""
+    env = [e.value for e in container.env or [] if e.value]
+    return [*(container.command or []), *(container.args or []), *env]
+
+
+def served_model_name(words: list[str]) -> str | None:
+    """The value of ``--served-model-name`` (vLLM's flag), if the container sets one."""
+    for i, word in enumerate(words):
+        if word.startswith("--served-model-name="):
+            return word.split("=", 1)[1]
+        if word == "--served-model-name" and i + 1 < len(words):
+            return words[i + 1]
+    return None
+
+
+def server_argv(
+    *,
+    cluster: ClusterConfig,
+    spec: V1PodSpec,
+    container: V1Container,
+    image: PulledImage,
+    port: int,
+) -> list[str]:
+    """The model-server command line for one container run on 127.0.0.1:``port``."""
+    server = image.build.server if image.build else None
+    words = container_words(container)
+    rule = cluster.model_for(server, " ".join(words))
+    if rule is None:
+        raise ContainerConfigError(
+            f'no model-server profile for image "{image.image}" (server label '
+            f"{server or 'absent'}) with command {words}: add a rule to the cluster "
+            "description's models table"
+        )
+    argv = [
+        sys.executable,
+        "-m",
+        SERVER_MODULE,
+        "--profile",
+        rule.profile,
+        "--port",
+        str(port),
+        "--time-scale",
+        str(cluster.time_scale),
+    ]
+    model_id = served_model_name(words) or rule.model_id
+    if model_id:
+        argv += ["--model-id", model_id]
+    faults = list(image.build.faults) if image.build else []
+    if requests_gpu(container) and spec.runtime_class_name != GPU_RUNTIME_CLASS:
+        faults.append("crash_on_start")
+    for fault in dict.fromkeys(faults):
+        argv += ["--fault", fault]
+    return argv

@@ -1,0 +1,87 @@
+"""Writes one pod's status through the pods/status subresource when it changes.
+
+The body holds what the kubelet owns: phase, the Initialized/ContainersReady/Ready
+conditions (PodScheduled, the scheduler's, is kept by the strategic merge), hostIP,
+podIP(s), startTime and containerStatuses. Nothing is sent when nothing changed.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Protocol
+
+from kubernetes import client
+from kubernetes.client import V1Pod
+from kubernetes.client.exceptions import ApiException
+
+from sandbox.kubelet.context import NodeContext
+from sandbox.kubelet.status import (
+    Conditions,
+    Status,
+    now_rfc3339,
+    pod_phase,
+    readiness_conditions,
+    rfc3339,
+)
+
+log = logging.getLogger(__name__)
+HOST_IP = "127.0.0.1"
+_KUBELET_CONDITIONS = ("Initialized", "Ready", "ContainersReady")
+
+
+class HasStatus(Protocol):
+    def status(self) -> Status: ...
+
+
+class PodStatusWriter:
+    def __init__(self, ctx: NodeContext, pod: V1Pod, *, pod_ip: str) -> None:
+        status = pod.status or client.V1PodStatus()
+        self._core = client.CoreV1Api(ctx.api)
+        self._pod_ip = pod_ip
+        self.terminal = status.phase in ("Succeeded", "Failed")
+        self._conditions = Conditions(
+            [
+                {
+                    "type": c.type,
+                    "status": c.status,
+                    "lastTransitionTime": rfc3339(c.last_transition_time),
+                }
+                for c in status.conditions or []
+                if c.type in _KUBELET_CONDITIONS
+            ]
+        )
+        self._start_time = rfc3339(status.start_time) or now_rfc3339()
+        self._restart_policy = pod.spec.restart_policy or "Always"
+        self._last: Status | None = None
+
+    def write(self, pod: V1Pod, containers: Sequence[HasStatus]) -> bool:
+        """Patch the status if it changed; False when the pod no longer exists."""
+        statuses = [c.status() for c in containers]
+        phase = pod_phase(statuses, self._restart_policy)
+        readiness_conditions(self._conditions, statuses, phase)
+        body = {
+            "status": {
+                "phase": phase,
+                "conditions": self._conditions.render(_KUBELET_CONDITIONS),
+                "hostIP": HOST_IP,
+                "podIP": self._pod_ip,
+                "podIPs": [{"ip": self._pod_ip}],
+                "startTime": self._start_time,
+                "containerStatuses": statuses,
+            }
+        }
+        if body == self._last:
+            return True
+        name, namespace = pod.metadata.name, pod.metadata.namespace
+        try:
+            self._core.patch_namespaced_pod_status(name, namespace, body)
+        except ApiException as exc:
+            if exc.status == 404:
+                return False
+            log.warning(
+                "status of pod %s/%s not written (retried): %s", namespace, name, exc.reason
+            )
+            return True
+        self._last = body
+        return True

@@ -1,0 +1,167 @@
+"""One pod bound to this node, from its first sync until its object is gone.
+
+A thread steps the pod's containers every TICK_S (or when woken by a pod update or a
+probe), publishes the table entry and, when it changed, the pod status through the
+pods/status subresource. When the pod gets a deletionTimestamp its containers get
+SIGTERM, SIGKILL after the grace period, and the kubelet then deletes the object with
+grace 0 and a uid precondition, as the real status manager does. If the kubelet itself
+stops, the processes stop and the API is left as it is.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from kubernetes import client
+from kubernetes.client import V1Pod
+from kubernetes.client.exceptions import ApiException
+
+from sandbox.kubelet.container import ContainerRunner
+from sandbox.kubelet.context import NodeContext
+from sandbox.kubelet.events import PodRef
+from sandbox.kubelet.pod_status import PodStatusWriter
+from sandbox.kubelet.runtime import RunningPod
+
+log = logging.getLogger(__name__)
+TICK_S = 0.1
+GONE_GRACE_S = 2.0
+DELETE_ATTEMPTS = 30  # a pod deleted without a graceful deletion still gets SIGTERM first
+
+
+class PodWorker:
+    def __init__(self, ctx: NodeContext, pod: V1Pod, *, on_exit: Callable[[str], None]) -> None:
+        meta = pod.metadata
+        self._ctx, self._pod, self._on_exit = ctx, pod, on_exit
+        self.ref = PodRef(meta.namespace, meta.name, meta.uid, pod.spec.node_name)
+        self._wake = threading.Event()
+        self._gone = False
+        self._shutdown_grace: float | None = None
+        self._thread = threading.Thread(
+            target=self._run, daemon=True, name=f"pod-{meta.namespace}/{meta.name}"
+        )
+
+    def start(self) -> PodWorker:
+        self._thread.start()
+        return self
+
+    def update(self, pod: V1Pod) -> None:
+        self._pod = pod
+        self._wake.set()
+
+    def gone(self) -> None:
+        """The pod object was deleted: stop its processes, write nothing more."""
+        self._gone = True
+        self._wake.set()
+
+    def shutdown(self, grace_s: float) -> None:
+        """The kubelet stops: stop the processes within ``grace_s``, write nothing more."""
+        self._shutdown_grace = grace_s
+        self._wake.set()
+
+    def join(self, timeout_s: float) -> None:
+        self._thread.join(timeout_s)
+
+    def _run(self) -> None:
+        try:
+            self._live()
+        except Exception:
+            log.exception("pod worker %s/%s failed", self.ref.namespace, self.ref.name)
+        finally:
+            self._ctx.table.remove(self.ref.namespace, self.ref.name, self.ref.uid)
+            self._ctx.ips.release(self.ref.uid)
+            self._ctx.events.forget(self.ref.uid)
+            self._on_exit(self.ref.uid)
+
+    def _live(self) -> None:
+        pod = self._pod
+        pod_ip = self._ctx.ips.claim(self.ref.uid, pod.status.pod_ip if pod.status else None)
+        writer = PodStatusWriter(self._ctx, pod, pod_ip=pod_ip)
+        runners = self._runners(pod, pod_ip)
+        if writer.terminal:  # finished before this kubelet started: run nothing again
+            for runner in runners:
+                runner.stop(time.monotonic(), 0)
+        stopping = False
+        while True:
+            now = time.monotonic()
+            grace = self._stop_grace()
+            if grace is not None and not stopping:
+                stopping = True
+                for runner in runners:
+                    runner.stop(now, grace)
+            for runner in runners:
+                runner.step(now)
+            self._publish(pod_ip, runners)
+            if not self._gone and self._shutdown_grace is None and not writer.terminal:
+                self._gone = writer.write(self._pod, runners) is False
+            if stopping and all(r.stopped for r in runners):
+                break
+            self._wake.wait(TICK_S)
+            self._wake.clear()
+        if not self._gone and self._shutdown_grace is None:
+            writer.write(self._pod, runners)
+            self._delete()
+
+    def _runners(self, pod: V1Pod, pod_ip: str) -> list[ContainerRunner]:
+        prior = {c.name: c for c in (pod.status and pod.status.container_statuses) or []}
+        root = self._ctx.pods_dir / f"{self.ref.namespace}_{self.ref.name}_{self.ref.uid}"
+        return [
+            ContainerRunner(
+                self._ctx,
+                self.ref,
+                pod.spec,
+                c,
+                pod_ip=pod_ip,
+                log_dir=root / c.name,
+                wake=self._wake.set,
+                prior=prior.get(c.name),
+            )
+            for c in pod.spec.containers
+        ]
+
+    def _stop_grace(self) -> float | None:
+        """Seconds to stop within, once the pod is deleted or the kubelet stops; else None."""
+        if self._shutdown_grace is not None:
+            return self._shutdown_grace
+        if self._gone:
+            return GONE_GRACE_S
+        meta, spec = self._pod.metadata, self._pod.spec
+        if meta.deletion_timestamp is None:
+            return None
+        grace = meta.deletion_grace_period_seconds
+        if grace is None:
+            grace = spec.termination_grace_period_seconds
+        return 30.0 if grace is None else float(grace)
+
+    def _publish(self, pod_ip: str, runners: list[ContainerRunner]) -> None:
+        entry = RunningPod(
+            uid=self.ref.uid,
+            pod_ip=pod_ip,
+            node=self.ref.node,
+            containers={r.name: r.runtime() for r in runners},
+        )
+        if self._ctx.table.lookup(self.ref.namespace, self.ref.name) != entry:
+            self._ctx.table.put(self.ref.namespace, self.ref.name, entry)
+
+    def _delete(self) -> None:
+        """Remove the stopped pod's object: grace 0, only if it is still this uid."""
+        body = {"gracePeriodSeconds": 0, "preconditions": {"uid": self.ref.uid}}
+        core = client.CoreV1Api(self._ctx.api)
+        for attempt in range(DELETE_ATTEMPTS):
+            try:
+                core.delete_namespaced_pod(self.ref.name, self.ref.namespace, body=body)
+                return
+            except ApiException as exc:
+                if exc.status in (404, 409):  # gone already, or the name has a new uid
+                    return
+                log.warning(
+                    "pod %s/%s not deleted (attempt %d): %s",
+                    self.ref.namespace,
+                    self.ref.name,
+                    attempt + 1,
+                    exc.reason,
+                )
+            if self._wake.wait(1.0) and self._shutdown_grace is not None:
+                return

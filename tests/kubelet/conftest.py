@@ -1,0 +1,78 @@
+"""Fixtures for the kubelet tests: the sandbox's kubelet and images in its registry.
+
+The kubelet is the session sandbox's own when the sandbox runs one (a component named
+``kubelet``); otherwise one is started here, against the session control plane and a
+registry of its own, exactly as the manager would start it, and stopped at the end.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from kubernetes import client
+
+from sandbox import procs
+from sandbox.cluster import DEFAULT_CLUSTER_FILE
+from sandbox.registry import Registry
+from sandbox.simbuild import SimBuild
+from tests.kubelet.images import push_labelled_image
+from tests.kubelet.kubelets import start_kubelet
+
+
+@dataclass(frozen=True)
+class SandboxKubelet:
+    run_dir: Path  # holds kubelet/ (container logs, process records) and pod-ports.json
+    registry_url: str
+    kubeconfig: Path  # the kubelet's own credentials
+
+    @property
+    def registry_host(self) -> str:
+        return self.registry_url.split("://", 1)[1]
+
+
+@dataclass(frozen=True)
+class TestImages:
+    cadence: str  # no server label: the default profile
+    candle: str  # dev.handoff.sim.server=candle-vllm, no faults
+
+
+@pytest.fixture(scope="session")
+def kubelet(sandbox, tmp_path_factory: pytest.TempPathFactory) -> Iterator[SandboxKubelet]:  # type: ignore[no-untyped-def]
+    kubeconfig = sandbox.run_dir / "etc" / "kubelet.kubeconfig"
+    if any(p.name == "kubelet" for p in sandbox.components):
+        yield SandboxKubelet(sandbox.run_dir, sandbox.registry_url, kubeconfig)
+        return
+    registry = None
+    if sandbox.registry_url is None:
+        registry = Registry.start(tmp_path_factory.mktemp("kubelet-registry"))
+    url = sandbox.registry_url or registry.url
+    record = start_kubelet(
+        run_dir=sandbox.run_dir,
+        kubeconfig=kubeconfig,
+        cluster=DEFAULT_CLUSTER_FILE,
+        registry_url=url,
+        pki=sandbox.run_dir / "pki",
+    )
+    yield SandboxKubelet(sandbox.run_dir, url, kubeconfig)
+    procs.stop(record)
+    if registry is not None:
+        registry.stop()
+
+
+@pytest.fixture(scope="session")
+def images(kubelet: SandboxKubelet) -> TestImages:
+    host = kubelet.registry_host
+    push_labelled_image(kubelet.registry_url, "kubelet-tests/cadence", "v1", None)
+    candle = SimBuild(server="candle-vllm")
+    push_labelled_image(kubelet.registry_url, "kubelet-tests/candle-vllm", "sm70", candle)
+    return TestImages(
+        cadence=f"{host}/kubelet-tests/cadence:v1", candle=f"{host}/kubelet-tests/candle-vllm:sm70"
+    )
+
+
+@pytest.fixture
+def core(kube_api: client.ApiClient) -> client.CoreV1Api:
+    return client.CoreV1Api(kube_api)

@@ -1,0 +1,141 @@
+"""The kubelet's pure decisions match the real kubelet's: restart back-off (immediate,
+then doubling to the cap, reset after a long run), pod phase from container states,
+Go-style durations in messages, condition transition times that move only on change,
+and which model-server command (profile, faults) a container gets."""
+
+from __future__ import annotations
+
+import pytest
+from kubernetes.client import V1Container, V1PodSpec, V1ResourceRequirements
+
+from sandbox.cluster import load_cluster
+from sandbox.kubelet.backoff import Backoff
+from sandbox.kubelet.command import ContainerConfigError, server_argv
+from sandbox.kubelet.images import PulledImage
+from sandbox.kubelet.status import Conditions, go_duration, pod_phase
+from sandbox.simbuild import SimBuild
+
+
+def test_backoff_is_immediate_then_doubles_to_the_cap() -> None:
+    backoff = Backoff(initial_s=10, cap_s=40)
+    waits, now = [], 0.0
+    for _ in range(6):
+        now += 1  # the container runs one second, then exits
+        restart = backoff.retry_at(now)
+        waits.append(restart - now)
+        backoff.record_attempt(restart)
+        now = restart
+    assert waits == [0, 10, 20, 40, 40, 40]
+
+
+def test_backoff_resets_after_a_long_run() -> None:
+    backoff = Backoff(initial_s=10, cap_s=40)
+    backoff.record_attempt(0)
+    backoff.record_attempt(1)
+    assert backoff.retry_at(2) == 2 + 20
+    assert backoff.retry_at(1 + 81) == 82  # ran longer than twice the cap
+
+
+def test_scaled_backoff_has_a_floor() -> None:
+    assert Backoff.scaled(0.05).initial_s == 0.5 and Backoff.scaled(0.05).cap_s == 15
+    assert Backoff.scaled(0.001).initial_s == 0.5
+
+
+RUNNING = {"state": {"running": {}}}
+WAITING = {"state": {"waiting": {"reason": "ContainerCreating"}}}
+CRASHED = {"state": {"waiting": {"reason": "CrashLoopBackOff"}}, "lastState": {"terminated": {}}}
+DONE_OK = {"state": {"terminated": {"exitCode": 0}}}
+DONE_BAD = {"state": {"terminated": {"exitCode": 1}}}
+
+
+@pytest.mark.parametrize(
+    ("containers", "policy", "phase"),
+    [
+        ([WAITING], "Always", "Pending"),
+        ([RUNNING], "Always", "Running"),
+        ([RUNNING, WAITING], "Always", "Pending"),
+        ([CRASHED], "Always", "Running"),
+        ([DONE_OK], "Never", "Succeeded"),
+        ([DONE_BAD], "Never", "Failed"),
+        ([DONE_BAD], "OnFailure", "Running"),
+        ([DONE_BAD], "Always", "Running"),
+    ],
+)
+def test_pod_phase(containers: list[dict], policy: str, phase: str) -> None:
+    assert pod_phase(containers, policy) == phase
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"), [(0.5, "500ms"), (1, "1s"), (2.5, "2.5s"), (15, "15s"), (300, "5m0s")]
+)
+def test_go_duration(seconds: float, text: str) -> None:
+    assert go_duration(seconds) == text
+
+
+def test_condition_transition_time_moves_only_on_change() -> None:
+    old = {"type": "Ready", "status": "False", "lastTransitionTime": "2026-01-01T00:00:00Z"}
+    conditions = Conditions([old])
+    conditions.set("Ready", False, reason="ContainersNotReady")
+    assert conditions.get("Ready")["lastTransitionTime"] == old["lastTransitionTime"]
+    conditions.set("Ready", True)
+    assert conditions.get("Ready")["lastTransitionTime"] != old["lastTransitionTime"]
+
+
+def _argv(
+    server: str | None,
+    args: list[str],
+    *,
+    gpus: int = 0,
+    runtime: str | None = None,
+    faults: tuple[str, ...] = (),
+) -> list[str]:
+    build = SimBuild(server=server, faults=faults) if server else None
+    image = PulledImage(image="r/x:1", image_id="docker-pullable://r/x@sha256:0", build=build)
+    limits = {"nvidia.com/gpu": str(gpus)} if gpus else None
+    container = V1Container(
+        name="c", image="r/x:1", args=args, resources=V1ResourceRequirements(limits=limits)
+    )
+    spec = V1PodSpec(containers=[container], runtime_class_name=runtime)
+    return server_argv(
+        cluster=load_cluster(), spec=spec, container=container, image=image, port=1234
+    )
+
+
+def _flag(argv: list[str], name: str) -> list[str]:
+    return [argv[i + 1] for i, word in enumerate(argv) if word == name]
+
+
+@pytest.mark.parametrize(
+    ("server", "args", "profile"),
+    [
+        ("candle-vllm", ["--w", "/mnt/models/coder-14b-fp16"], "fp16-14b-tp2"),
+        ("candle-vllm", ["--w", "/mnt/models/clef-flash"], "clef-flash-candle"),
+        ("clef-serve", ["serve", "clef-flash"], "clef-flash-pytorch"),
+        ("vllm", ["--model", "Qwen/Qwen3-Coder-30B-A3B-Instruct-GPTQ"], "gptq-30b-a3b-tp1"),
+        (None, [], "cadence"),
+    ],
+)
+def test_profile_from_server_label_and_weights(
+    server: str | None, args: list[str], profile: str
+) -> None:
+    assert _flag(_argv(server, args), "--profile") == [profile]
+
+
+def test_faults_from_image_and_missing_gpu_runtime() -> None:
+    coder = ["--w", "coder-14b-fp16"]
+    assert _flag(_argv("candle-vllm", coder, gpus=2, runtime="nvidia"), "--fault") == []
+    assert _flag(_argv("candle-vllm", coder, gpus=2), "--fault") == ["crash_on_start"]
+    faulty = _argv(
+        "candle-vllm", ["--w", "clef-flash"], gpus=1, runtime="nvidia", faults=("zero_key_band",)
+    )
+    assert _flag(faulty, "--fault") == ["zero_key_band"]
+
+
+def test_served_model_name_overrides_the_profile_id() -> None:
+    argv = _argv("vllm", ["--model", "x-gptq", "--served-model-name", "coder"])
+    assert _flag(argv, "--model-id") == ["coder"]
+
+
+def test_unknown_server_label_is_a_config_error() -> None:
+    with pytest.raises(ContainerConfigError, match="models table"):
+        _argv("tgi", ["--model", "x"])

@@ -1,0 +1,132 @@
+"""Container processes live exactly as long as their pod and their kubelet: deleting a
+pod stops its process and removes the object; a kubelet stopped by SIGTERM stops its
+pods' processes, and one killed by SIGKILL leaves no model-server process behind; a
+kubelet starting after a crash kills processes its predecessor recorded."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+import yaml
+from kubernetes import client
+
+from sandbox import procs
+from sandbox.cluster import ClusterConfig, NodeConfig, load_cluster
+from sandbox.kubelet.spawner import kill_leftovers
+from tests.kubelet import objects
+from tests.kubelet.conftest import SandboxKubelet, TestImages
+from tests.kubelet.kubelets import start_kubelet
+from tests.kubelet.waits import is_ready, wait_for, wait_pod
+
+EXIT_TIMEOUT_S = 10.0
+
+
+def test_deleting_pod_stops_its_process(
+    core: client.CoreV1Api, namespace: str, kubelet: SandboxKubelet, images: TestImages
+) -> None:
+    core.create_namespaced_pod(
+        namespace, objects.pod("doomed", objects.pod_spec(objects.container(images.cadence)))
+    )
+    pod = wait_pod(core, namespace, "doomed", is_ready, timeout_s=60, what="Ready")
+    record = _container_process(kubelet.run_dir, namespace, "doomed")
+    assert procs.is_alive(record)
+    core.delete_namespaced_pod("doomed", namespace)
+    wait_for(
+        core.list_namespaced_pod,
+        lambda pods: not pods,
+        namespace=namespace,
+        timeout_s=30,
+        what="pod doomed deleted by its kubelet",
+    )
+    assert not procs.is_alive(record)
+    ports = json.loads((kubelet.run_dir / "pod-ports.json").read_text())
+    assert pod.status.pod_ip not in ports
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGKILL], ids=["sigterm", "sigkill"])
+def test_stopped_kubelet_leaves_no_model_server(
+    signum: int,
+    core: client.CoreV1Api,
+    namespace: str,
+    sandbox,
+    kubelet: SandboxKubelet,  # type: ignore[no-untyped-def]
+    images: TestImages,
+    tmp_path: Path,
+) -> None:
+    """A kubelet of its own, with a node of its own, so the sandbox's kubelet keeps running."""
+    node = f"lifecycle-{uuid.uuid4().hex[:6]}"
+    run_dir = tmp_path / "run"
+    process = start_kubelet(
+        run_dir=run_dir,
+        kubeconfig=kubelet.kubeconfig,
+        cluster=_cluster_file(tmp_path, node),
+        registry_url=kubelet.registry_url,
+        pki=sandbox.run_dir / "pki",
+    )
+    try:
+        spec = objects.pod_spec(objects.container(images.cadence), node_name=node)
+        core.create_namespaced_pod(namespace, objects.pod("served", spec))
+        wait_pod(core, namespace, "served", is_ready, timeout_s=60, what="Ready")
+        server = _container_process(run_dir, namespace, "served")
+        os.kill(process.pid, signum)
+        _wait_dead(process, server)
+    finally:
+        procs.stop(process)
+        core.delete_namespaced_pod("served", namespace, grace_period_seconds=0)
+        core.delete_node(node)
+
+
+def test_leftover_processes_are_killed_on_start(tmp_path: Path) -> None:
+    records = tmp_path / "processes"
+    records.mkdir()
+    sleeper = procs.spawn(
+        "leftover", [sys.executable, "-c", "import time; time.sleep(60)"], tmp_path / "leftover.log"
+    )
+    (records / f"{sleeper.pid}.json").write_text(sleeper.model_dump_json())
+    killed = kill_leftovers(records)
+    assert [r.pid for r in killed] == [sleeper.pid]
+    _wait_dead(sleeper)
+    assert not list(records.iterdir())
+
+
+def _cluster_file(tmp_path: Path, node: str) -> Path:
+    default = load_cluster()
+    config = ClusterConfig(
+        nodes=[NodeConfig(name=node)],
+        time_scale=default.time_scale,
+        pod_cidr="10.245.0.0/16",
+        models=default.models,
+    )
+    path = tmp_path / "cluster.yaml"
+    path.write_text(yaml.safe_dump(config.model_dump(mode="json")))
+    return path
+
+
+def _container_process(run_dir: Path, namespace: str, pod: str) -> procs.ProcessRecord:
+    """The recorded process of the pod's container (the kubelet keeps one file per process)."""
+    for path in (run_dir / "kubelet" / "processes").glob("*.json"):
+        record = procs.ProcessRecord.model_validate_json(path.read_text())
+        if record.name == f"{namespace}/{pod}/server":
+            return record
+    raise AssertionError(f"no process recorded for {namespace}/{pod} under {run_dir}")
+
+
+def _wait_dead(*records: procs.ProcessRecord) -> None:
+    deadline = time.monotonic() + EXIT_TIMEOUT_S
+    while time.monotonic() < deadline:
+        for record in records:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(record.pid, os.WNOHANG)  # our own children must be reaped
+        alive = [r.name for r in records if procs.is_alive(r)]
+        if not alive:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"still running {EXIT_TIMEOUT_S} s later: {alive}")

@@ -1,0 +1,104 @@
+"""A pod of a known image runs like a real node's: the Deployment becomes Ready, the
+Endpoints list the pod's bookkeeping IP, the status carries what a kubelet writes, and
+the pod's port maps (pod-ports.json) to a 127.0.0.1 process that answers."""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+
+import httpx
+from kubernetes import client
+
+from sandbox.cluster import load_cluster
+from tests.kubelet import objects
+from tests.kubelet.conftest import SandboxKubelet, TestImages
+from tests.kubelet.waits import is_ready, wait_for
+
+
+def test_deployment_becomes_ready_and_listed_in_endpoints(
+    kube_api: client.ApiClient,
+    core: client.CoreV1Api,
+    namespace: str,
+    kubelet: SandboxKubelet,
+    images: TestImages,
+) -> None:
+    apps = client.AppsV1Api(kube_api)
+    apps.create_namespaced_deployment(
+        namespace, objects.deployment("web", objects.pod_spec(objects.container(images.cadence)))
+    )
+    core.create_namespaced_service(namespace, objects.service("web", {"app": "web"}))
+
+    def ready_pod(pods: list[client.V1Pod]) -> client.V1Pod | None:
+        return next((p for p in pods if is_ready(p)), None)
+
+    pod = wait_for(
+        core.list_namespaced_pod,
+        ready_pod,
+        namespace=namespace,
+        timeout_s=60,
+        what="a Ready pod of Deployment web",
+    )
+    pod_ip = pod.status.pod_ip
+
+    def listed(endpoints: list[client.V1Endpoints]) -> bool:
+        return any(
+            a.ip == pod_ip for e in endpoints for s in e.subsets or [] for a in s.addresses or []
+        )
+
+    wait_for(
+        core.list_namespaced_endpoints,
+        listed,
+        namespace=namespace,
+        timeout_s=30,
+        what=f"Endpoints web listing {pod_ip}",
+    )
+    _assert_kubelet_status(pod, images.cadence, kubelet)
+    local = json.loads((kubelet.run_dir / "pod-ports.json").read_text())[pod_ip][str(objects.PORT)]
+    assert httpx.get(f"http://127.0.0.1:{local}/health", timeout=5).status_code == 200
+
+
+def _assert_kubelet_status(pod: client.V1Pod, image: str, kubelet: SandboxKubelet) -> None:
+    status = pod.status
+    cidr = ipaddress.ip_network(load_cluster().pod_cidr)
+    assert ipaddress.ip_address(status.pod_ip) in cidr
+    assert status.host_ip == "127.0.0.1"
+    assert status.phase == "Running" and status.start_time is not None
+    assert {c.type for c in status.conditions} >= {
+        "Initialized",
+        "ContainersReady",
+        "Ready",
+        "PodScheduled",
+    }
+    (container,) = status.container_statuses
+    repository = image.rsplit(":", 1)[0]
+    assert container.image == image
+    assert container.image_id.startswith(f"docker-pullable://{repository}@sha256:")
+    assert container.container_id.startswith("docker://")
+    assert container.ready and container.started and container.restart_count == 0
+    assert container.state.running is not None
+
+
+def test_failing_readiness_probe_keeps_pod_unready(
+    core: client.CoreV1Api, namespace: str, images: TestImages
+) -> None:
+    """Running but not Ready while its readiness probe answers 404, with Unhealthy events."""
+    main = objects.container(images.cadence, readiness_path="/no-such-path")
+    core.create_namespaced_pod(namespace, objects.pod("unready", objects.pod_spec(main)))
+
+    def probed(events: list[client.CoreV1Event]) -> client.CoreV1Event | None:
+        return next((e for e in events if e.reason == "Unhealthy"), None)
+
+    event = wait_for(
+        core.list_namespaced_event,
+        probed,
+        namespace=namespace,
+        timeout_s=60,
+        what="an Unhealthy event for pod unready",
+    )
+    assert event.message == "Readiness probe failed: HTTP probe failed with statuscode: 404"
+    pod = core.read_namespaced_pod("unready", namespace)
+    assert pod.status.phase == "Running" and not is_ready(pod)
+    ready = next(c for c in pod.status.conditions if c.type == "Ready")
+    assert ready.reason == "ContainersNotReady"
+    assert ready.message == "containers with unready status: [server]"
