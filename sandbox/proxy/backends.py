@@ -1,0 +1,86 @@
+"""Which pods a Service port leads to, computed as kube-proxy does (pure functions).
+
+A Service port matches the Endpoints ports of the same name (both unnamed for a
+single-port Service); the endpoint port is the resolved targetPort. Only ready
+addresses count. Pod IPs are bookkeeping: `PodPorts` turns (pod IP, port) into the
+127.0.0.1 port the kubelet recorded in `pod-ports.json`, the only address ever dialled.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+
+class ServicePort(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    port: int
+
+
+class Backend(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    ip: str
+    port: int
+
+    def __str__(self) -> str:
+        return f"{self.ip}:{self.port}"
+
+
+def service_ports(service: dict[str, Any]) -> list[ServicePort]:
+    """The TCP ports a Service exposes; none for headless or ExternalName Services."""
+    spec = service.get("spec") or {}
+    if spec.get("type") == "ExternalName" or spec.get("clusterIP") in (None, "", "None"):
+        return []
+    return [
+        ServicePort(name=p.get("name") or "", port=p["port"])
+        for p in spec.get("ports") or []
+        if (p.get("protocol") or "TCP") == "TCP"
+    ]
+
+
+def ready_backends(endpoints: dict[str, Any] | None, port_name: str) -> list[Backend]:
+    """Ready (address, port) pairs of the Endpoints port named like the Service port."""
+    backends = []
+    for subset in (endpoints or {}).get("subsets") or []:
+        ports = [
+            p["port"]
+            for p in subset.get("ports") or []
+            if (p.get("name") or "") == port_name and (p.get("protocol") or "TCP") == "TCP"
+        ]
+        for address in subset.get("addresses") or []:
+            backends += [Backend(ip=address["ip"], port=port) for port in ports]
+    return backends
+
+
+class PodPorts:
+    """The kubelet's `pod-ports.json`, re-read whenever the file changes."""
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._stamp: tuple[int, int] | None = None
+        self._table: dict[str, dict[str, int]] = {}
+
+    def local_port(self, backend: Backend) -> int | None:
+        self._refresh()
+        return self._table.get(backend.ip, {}).get(str(backend.port))
+
+    def _refresh(self) -> None:
+        try:
+            stat = os.stat(self._path)
+        except FileNotFoundError:
+            self._stamp, self._table = None, {}
+            return
+        stamp = (stat.st_mtime_ns, stat.st_ino)  # atomic replace: a new inode each time
+        if stamp != self._stamp:
+            try:
+                self._table = json.loads(self._path.read_text())
+            except (OSError, ValueError):
+                return  # keep the last good table; the next connection retries
+            self._stamp = stamp
