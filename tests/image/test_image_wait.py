@@ -39,7 +39,7 @@ def test_fixed_image_published_during_wait_is_pinned_within_one_poll_interval(
     registry: Registry, repository: str, source: SourceRepo, make_requirement: MakeRequirement
 ) -> None:
     old = _publish(registry, repository, source, source.commits["gptq"])
-    requirement = make_requirement(poll_interval_s=1.0)
+    requirement = make_requirement(poll_interval_s=2.0)
     pushed: list[str] = []
     ci = threading.Thread(target=lambda: pushed.append(publish(
         registry.url, repository, TAG, git_repo=source.path, commit=source.commits["fix"],
@@ -61,7 +61,9 @@ def test_fixed_image_published_during_wait_is_pinned_within_one_poll_interval(
         r.time for r in log if r.method == "HEAD" and r.uri == tag_uri and r.time > put_at
     ]
     assert len(polls_after) == 1, "the first poll after the push must be the one that pins"
-    assert (polls_after[0] - put_at).total_seconds() <= requirement.poll_interval_s + 0.25
+    assert (
+        polls_after[0] - put_at
+    ).total_seconds() <= requirement.poll_interval_s + 0.3  # scheduling slack
 
 
 def test_cherry_picked_fix_is_accepted_and_reported(
