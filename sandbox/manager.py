@@ -8,10 +8,16 @@ processes recorded in the state file and is harmless when nothing runs.
 from __future__ import annotations
 
 import shutil
+import sys
+import time
 from pathlib import Path
 
-from sandbox import controlplane, procs
+from sandbox import controlplane, prefect_server, procs
+from sandbox.cluster import DEFAULT_CLUSTER_FILE
+from sandbox.registry import Registry
 from sandbox.state import SandboxState, locked, read_state, state_file, write_state
+
+COMPONENT_READY_S = 60.0
 
 
 class SandboxError(RuntimeError):
@@ -45,8 +51,64 @@ def up(
         return state, True
 
 
-def _start_components(state: SandboxState) -> None:
-    """Start what runs beside the control plane (registry, kubelet, service proxy)."""
+def _start_components(state: SandboxState, cluster_file: Path = DEFAULT_CLUSTER_FILE) -> None:
+    """Start what runs beside the control plane: registry, kubelet, service proxy.
+
+    Each is recorded in `state` as soon as it is spawned, so a failure later in
+    start-up still stops it.
+    """
+    prefect, state.prefect_api_url = prefect_server.spawn(state.run_dir)
+    state.components.append(prefect)
+    registry = Registry.start(state.run_dir)
+    state.components.append(registry.process)
+    state.registry_url = registry.url
+    kubeconfig = state.run_dir / "etc" / "kubelet.kubeconfig"
+    if not kubeconfig.exists():  # attached: the given kubeconfig serves every component
+        kubeconfig = state.kubeconfig
+    python = [sys.executable, "-m"]
+    common = ["--run-dir", str(state.run_dir), "--kubeconfig", str(kubeconfig)]
+    kubelet = procs.spawn(
+        "kubelet",
+        [
+            *python,
+            "sandbox.kubelet",
+            *common,
+            "--cluster",
+            str(cluster_file),
+            "--registry",
+            registry.url,
+        ],
+        state.run_dir / "logs" / "kubelet.log",
+    )
+    state.components.append(kubelet)
+    _wait_file(kubelet, state.run_dir / "kubelet" / "ready.json")
+    proxy = procs.spawn(
+        "service-proxy",
+        [*python, "sandbox.proxy", *common],
+        state.run_dir / "logs" / "service-proxy.log",
+    )
+    state.components.append(proxy)
+    _wait_file(proxy, state.run_dir / "proxy.json")
+    prefect_server.wait_healthy(prefect, state.prefect_api_url)
+
+
+def _wait_file(
+    record: procs.ProcessRecord, path: Path, timeout_s: float = COMPONENT_READY_S
+) -> None:
+    """Wait until a component signals readiness by writing `path`; name it if it dies."""
+    deadline = time.monotonic() + timeout_s
+    while not path.exists():
+        if not procs.is_alive(record):
+            raise SandboxError(
+                f"{record.name} exited during start-up; last lines of "
+                f"{record.log}:\n{procs.log_tail(record.log)}"
+            )
+        if time.monotonic() > deadline:
+            raise SandboxError(
+                f"{record.name} not ready after {timeout_s:.0f} s (no {path}); "
+                f"last lines of {record.log}:\n{procs.log_tail(record.log)}"
+            )
+        time.sleep(0.1)
 
 
 def down(run_dir: Path) -> list[str]:

@@ -24,6 +24,7 @@ class SandboxState(BaseModel):
     # None when attached to a control plane this sandbox did not start.
     control_plane: ControlPlane | None = None
     registry_url: str | None = None
+    prefect_api_url: str | None = None
     components: list[procs.ProcessRecord] = Field(default_factory=list)
 
     def all_processes(self) -> list[procs.ProcessRecord]:

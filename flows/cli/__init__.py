@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import typer
 
-from flows.cli import gate, golden, image, sandbox
+from flows.cli import gate, golden, handoff, image, sandbox
 
 app = typer.Typer(
     name="handoff",
@@ -21,6 +21,8 @@ app.add_typer(sandbox.app, name="sandbox")
 app.add_typer(gate.app, name="gate")
 app.add_typer(golden.app, name="golden")
 app.add_typer(image.app, name="image")
+for command in (handoff.plan, handoff.run, handoff.approve, handoff.rollback, handoff.history):
+    app.command()(command)
 
 
 def main() -> None:

@@ -142,3 +142,24 @@ def record_event(
     }
     with mapped(f"record event {reason} on {kind} {namespace}/{name}"):
         kube.core.create_namespaced_event(namespace, body)
+
+
+def apply_manifest(kube: Kube, body: dict[str, Any], *, dry_run: bool = False) -> None:
+    """Server-side apply of any object (Namespace, PV, Service, …), as `kubectl apply
+    --server-side` does; the kind is looked up through API discovery."""
+    from kubernetes.dynamic import DynamicClient
+
+    meta = body["metadata"]
+    where = f"{meta.get('namespace', '')}/{meta['name']}".lstrip("/")
+    with mapped(f"apply {body['kind']} {where}"):
+        resource = DynamicClient(kube.api).resources.get(
+            api_version=body["apiVersion"], kind=body["kind"]
+        )
+        resource.server_side_apply(
+            body=body,
+            name=meta["name"],
+            namespace=meta.get("namespace"),
+            field_manager=FIELD_MANAGER,
+            force_conflicts=True,
+            dry_run=_dry(dry_run),
+        )

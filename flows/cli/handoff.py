@@ -1,0 +1,167 @@
+"""`handoff plan|run|approve|rollback|history`: the daily commands."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.markdown import Markdown
+from rich.table import Table
+
+console = Console()
+SpecArg = Annotated[
+    Path, typer.Argument(help="Handoff spec (YAML), e.g. manifests/handoffs/clef-candle.yaml.")
+]
+KubeconfigOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--kubeconfig",
+        help="Cluster to act on (default: $KUBECONFIG, ~/.kube/config, or in-cluster).",
+    ),
+]
+
+
+def _fail(message: str, code: int = 1) -> typer.Exit:
+    console.print(f"[red]{message}[/red]")
+    return typer.Exit(code)
+
+
+def plan(spec: SpecArg, kubeconfig: KubeconfigOpt = None) -> None:
+    """Read the cluster, choose a strategy and dry-run every write. Writes nothing."""
+    from flows.errors import HandoffError
+    from flows.kube.client import connect
+    from flows.plan import make_plan
+    from flows.render_report import plan_markdown
+    from flows.spec import load_spec
+
+    try:
+        handoff_spec = load_spec(spec)
+        the_plan = make_plan(connect(kubeconfig), handoff_spec)
+    except HandoffError as exc:
+        raise _fail(str(exc), 2) from None
+    console.print(Markdown(f"# Plan: {handoff_spec.name}\n\n" + plan_markdown(the_plan)))
+    if the_plan.refused:
+        raise typer.Exit(1)
+
+
+def run(
+    spec: SpecArg,
+    kubeconfig: KubeconfigOpt = None,
+    auto_approve: Annotated[
+        bool, typer.Option("--auto-approve", help="Approve without pausing (unattended use).")
+    ] = False,
+) -> None:
+    """Run (or resume) the handoff as a Prefect flow; rolls back on any failure."""
+    from prefect import tags
+
+    from flows.errors import HandoffError
+    from flows.handoff import handoff
+    from flows.spec import load_spec
+
+    try:
+        handoff_spec = load_spec(spec)
+    except HandoffError as exc:
+        raise _fail(str(exc), 2) from None
+    if (
+        handoff_spec.approval.required
+        and not auto_approve
+        and not os.environ.get("PREFECT_API_URL")
+    ):
+        raise _fail(
+            "approval needs a Prefect server to resume the paused run from the UI or "
+            "`handoff approve`: start one (`prefect server start`) and set "
+            "PREFECT_API_URL, or pass --auto-approve",
+            2,
+        )
+    with tags(f"service:{handoff_spec.service}", f"handoff:{handoff_spec.name}"):
+        try:
+            record = handoff(
+                str(spec.resolve()),
+                auto_approve=auto_approve,
+                kubeconfig=str(kubeconfig) if kubeconfig else None,
+            )
+        except Exception as exc:
+            raise _fail(f"handoff {handoff_spec.name} failed: {exc}") from None
+    console.print(f"[green]handoff {record.spec}: {record.outcome}[/green] image {record.image}")
+
+
+def approve(
+    run_id: Annotated[str, typer.Argument(help="The paused flow run's id (shown in the UI).")],
+    approver: Annotated[str, typer.Option(help="Your name, recorded with the handoff.")],
+    reason: Annotated[str, typer.Option(help="Why.")] = "",
+    reject: Annotated[bool, typer.Option("--reject", help="Reject instead of approving.")] = False,
+) -> None:
+    """Answer a paused handoff's approval from the command line (the UI's form does the same)."""
+    from uuid import UUID
+
+    from prefect.flow_runs import resume_flow_run
+
+    decision = "reject" if reject else "approve"
+    try:
+        resume_flow_run(
+            UUID(run_id), run_input={"approver": approver, "decision": decision, "reason": reason}
+        )
+    except Exception as exc:
+        raise _fail(f"could not resume flow run {run_id}: {exc}", 2) from None
+    console.print(f"{decision}d flow run {run_id} as {approver}")
+
+
+def rollback(
+    spec: SpecArg,
+    kubeconfig: KubeconfigOpt = None,
+    reason: Annotated[str, typer.Option(help="Recorded as the cause.")] = "manual rollback",
+) -> None:
+    """Restore the Service and workloads from the snapshot recorded on the Service."""
+    from flows.errors import HandoffError
+    from flows.kube.client import connect
+    from flows.rollback import rollback as do_rollback
+    from flows.spec import load_spec
+
+    try:
+        handoff_spec = load_spec(spec)
+        ledger = do_rollback(connect(kubeconfig), handoff_spec, cause=reason)
+    except HandoffError as exc:
+        raise _fail(str(exc), 2) from None
+    if ledger is None:
+        console.print(f"Service {handoff_spec.service} has no handoff recorded: nothing to undo")
+    else:
+        console.print(f"handoff {ledger.handoff_id}: {ledger.phase}")
+
+
+def history(
+    namespace: Annotated[str, typer.Option(help="Namespace of the Services.")] = "llm-serving",
+    service: Annotated[str | None, typer.Option(help="Only this Service.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    kubeconfig: KubeconfigOpt = None,
+) -> None:
+    """Past handoffs: outcome, strategy, image, gates, approver, cause, durations."""
+    from flows.errors import HandoffError
+    from flows.history import collect_history
+
+    try:
+        entries = collect_history(kubeconfig, namespace=namespace, service=service)
+    except HandoffError as exc:
+        raise _fail(str(exc), 2) from None
+    if as_json:
+        typer.echo(json.dumps(entries, indent=2))
+        return
+    table = Table(
+        "finished", "service", "spec", "outcome", "strategy", "approver", "image", "gates", "cause"
+    )
+    for e in entries:
+        table.add_row(
+            e.get("finished_at", ""),
+            e.get("service", ""),
+            e.get("spec", ""),
+            e.get("outcome", ""),
+            e.get("strategy") or "",
+            e.get("approver") or "",
+            (e.get("image") or "").split("/")[-1][:40],
+            ", ".join(f"{k}:{v}" for k, v in (e.get("gates") or {}).items()),
+            (e.get("cause") or "")[:60],
+        )
+    console.print(table if entries else "no handoffs recorded")

@@ -1,0 +1,28 @@
+"""Handoff history: the records kept on Services (annotation), newest last."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from flows.kube.client import connect, mapped
+from flows.ledger import HISTORY_ANNOTATION, history_entries
+
+
+def collect_history(
+    kubeconfig: Path | None, *, namespace: str, service: str | None
+) -> list[dict[str, Any]]:
+    kube = connect(kubeconfig)
+    try:
+        with mapped(f"list Services in {namespace}"):
+            services = kube.core.list_namespaced_service(namespace).items
+        entries = [
+            entry
+            for svc in services
+            if service in (None, svc.metadata.name)
+            for entry in history_entries(svc.metadata.annotations or {})
+            if HISTORY_ANNOTATION in (svc.metadata.annotations or {})
+        ]
+    finally:
+        kube.close()
+    return sorted(entries, key=lambda e: e.get("finished_at", ""))

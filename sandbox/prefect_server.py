@@ -1,0 +1,72 @@
+"""A local Prefect server for the sandbox, so the UI shows handoff runs and a paused
+run can be approved from the browser or from another process.
+
+Its database and settings live in the run directory (PREFECT_HOME), analytics off.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from sandbox import procs
+
+READY_S = 90.0
+
+
+class PrefectServerError(RuntimeError):
+    """The Prefect server did not come up; the message carries its log tail."""
+
+
+def server_env(run_dir: Path) -> dict[str, str]:
+    home = run_dir / "prefect"
+    home.mkdir(parents=True, exist_ok=True)
+    return {
+        **os.environ,
+        "PREFECT_HOME": str(home),
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        "DO_NOT_TRACK": "1",
+        "PREFECT_API_URL": "",
+        "PREFECT_UI_ENABLED": "true",
+        "PREFECT_LOGGING_LEVEL": "WARNING",
+    }
+
+
+def spawn(run_dir: Path) -> tuple[procs.ProcessRecord, str]:
+    """Start `prefect server start` on a free loopback port; return (process, API URL)."""
+    port = procs.free_port()
+    argv = [
+        sys.executable,
+        "-m",
+        "prefect",
+        "server",
+        "start",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+    ]
+    record = procs.spawn(
+        "prefect-server", argv, run_dir / "logs" / "prefect-server.log", env=server_env(run_dir)
+    )
+    return record, f"http://127.0.0.1:{port}/api"
+
+
+def wait_healthy(record: procs.ProcessRecord, api: str) -> None:
+    """Poll /api/health; name the server and show its log if it dies or stays down."""
+    deadline = time.monotonic() + READY_S
+    while time.monotonic() < deadline and procs.is_alive(record):
+        try:
+            if httpx.get(f"{api}/health", timeout=2.0).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.3)
+    raise PrefectServerError(
+        f"Prefect server on {api} not healthy after {READY_S:.0f} s; "
+        f"last lines of {record.log}:\n{procs.log_tail(record.log)}"
+    )

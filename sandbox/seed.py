@@ -1,0 +1,129 @@
+"""The seeds' world in the sandbox: source repositories, CI-built images and the
+*before* state of the llm-serving namespace (coder on GPTQ 30B-A3B, clef-serve on
+PyTorch, the reasoning model holding a third card).
+
+Images keep their real names in the manifests; `image_overrides()` gives the
+`HANDOFF_IMAGES` value that points them at the sandbox registry.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import git
+import yaml
+from pydantic import BaseModel
+
+from sandbox.publisher import publish
+from sandbox.simbuild import BUILD_FILE, SimBuild, build_file_text
+from sandbox.srcrepo import SourceRepo, commit_files, commit_gdn_fix, create_candle_vllm_repo
+
+ROOT = Path(__file__).resolve().parent.parent
+LLM_SERVING = ROOT / "manifests" / "llm-serving"
+REAL_REGISTRY = "forgejo.riotpiao.com"
+ORG = "riotpiao-poimen"
+BEFORE_FILES = (
+    "namespace.yaml",
+    "coder-service.yaml",
+    "clef-serve-service.yaml",
+    "before/coder-gptq-30b-a3b.yaml",
+    "before/clef-serve.yaml",
+    "before/reasoning-long.yaml",
+)
+
+
+class World(BaseModel):
+    """Where the seeds' repositories are and which registry the images go to."""
+
+    registry_url: str
+    candle_vllm: SourceRepo
+    clef_serve: Path
+    vllm: Path
+
+    @property
+    def registry_host(self) -> str:
+        return self.registry_url.removeprefix("http://").removeprefix("https://")
+
+    def image_overrides(self) -> str:
+        names = ("candle-vllm", "clef-serve", "vllm")
+        return ",".join(f"{REAL_REGISTRY}/{ORG}/{n}={self.registry_host}/{ORG}/{n}" for n in names)
+
+    def environment(self) -> dict[str, str]:
+        """What the handoff specs need from the environment in the sandbox."""
+        return {
+            "HANDOFF_IMAGES": self.image_overrides(),
+            "CANDLE_VLLM_SOURCE": str(self.candle_vllm.path),
+        }
+
+
+def _server_repo(path: Path, server: str) -> Path:
+    if not path.exists():
+        repo = git.Repo.init(path, initial_branch="main")
+        with repo.config_writer() as config:
+            config.set_value("user", "name", f"{server} CI")
+            config.set_value("user", "email", "ci@example.invalid")
+        commit_files(
+            repo,
+            {BUILD_FILE: build_file_text(SimBuild(server=server)), "README.md": f"# {server}\n"},
+            f"import {server}",
+        )
+    return path
+
+
+def create_world(src_dir: Path, registry_url: str) -> World:
+    """Make the repositories (once) and publish the images the before state runs."""
+    candle = src_dir / "candle-vllm"
+    repo = (
+        SourceRepo(path=candle, commits={})
+        if candle.exists()
+        else create_candle_vllm_repo(candle, with_fix=False)
+    )
+    world = World(
+        registry_url=registry_url,
+        candle_vllm=repo,
+        clef_serve=_server_repo(src_dir / "clef-serve", "clef-serve"),
+        vllm=_server_repo(src_dir / "vllm", "vllm"),
+    )
+    head = "HEAD"
+    for name, tag, path in (
+        ("clef-serve", "pytorch", world.clef_serve),
+        ("vllm", "v0.11-sm70", world.vllm),
+        ("candle-vllm", "sm70-gptq-slim", candle),
+        ("candle-vllm", "sm70", candle),
+    ):
+        publish(registry_url, f"{ORG}/{name}", tag, git_repo=path, commit=head)
+    return world
+
+
+def merge_gdn_fix(world: World) -> str:
+    """Merge candle-vllm PR #5 (the GDN conv fix) on main; CI has not built it yet."""
+    return commit_gdn_fix(git.Repo(world.candle_vllm.path))
+
+
+def publish_candle(world: World, *, delay_s: float = 0.0) -> str:
+    """CI after a merge: build main's head of candle-vllm and push :sm70."""
+    return publish(
+        world.registry_url,
+        f"{ORG}/candle-vllm",
+        "sm70",
+        git_repo=world.candle_vllm.path,
+        commit="HEAD",
+        delay_s=delay_s,
+    )
+
+
+def before_state_documents(world: World) -> list[dict]:  # type: ignore[type-arg]
+    """The before-state manifests with their images pointed at the sandbox registry."""
+    docs = []
+    for name in BEFORE_FILES:
+        for doc in yaml.safe_load_all((LLM_SERVING / name).read_text()):
+            if doc:
+                docs.append(_override_images(doc, world))
+    return docs
+
+
+def _override_images(doc: dict, world: World) -> dict:  # type: ignore[type-arg]
+    if doc.get("kind") == "Deployment":
+        for container in doc["spec"]["template"]["spec"]["containers"]:
+            container["image"] = container["image"].replace(REAL_REGISTRY, world.registry_host, 1)
+    return doc

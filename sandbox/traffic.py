@@ -1,0 +1,110 @@
+"""Client traffic through a Service, to show a handoff is invisible to clients.
+
+A bounded closed loop of completions against one loopback address (the sandbox's
+service proxy), each request timed and its outcome kept, so a test or the demo can
+count failures and measure how long the Service was unavailable.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+
+import httpx
+
+
+@dataclass(frozen=True)
+class Outcome:
+    started: float  # time.monotonic()
+    ended: float
+    ok: bool
+    detail: str
+
+
+@dataclass
+class ClientLoad:
+    """`with ClientLoad(url, model="clef-flash", streams=16) as load: ...; load.failed`."""
+
+    url: str
+    model: str
+    streams: int = 4
+    max_tokens: int = 8
+    max_requests: int = 20000  # the loop is bounded in count as well as in time
+    max_seconds: float = 900.0
+    outcomes: list[Outcome] = field(default_factory=list)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _threads: list[threading.Thread] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def __enter__(self) -> ClientLoad:
+        deadline = time.monotonic() + self.max_seconds
+        for i in range(self.streams):
+            thread = threading.Thread(
+                target=self._loop, args=(deadline,), daemon=True, name=f"client-{i}"
+            )
+            thread.start()
+            self._threads.append(thread)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout=60)
+
+    def _loop(self, deadline: float) -> None:
+        body = {
+            "model": self.model,
+            "prompt": "ping",
+            "max_tokens": self.max_tokens,
+            "temperature": 0,
+            "stream": True,
+        }
+        with httpx.Client(timeout=httpx.Timeout(30.0, connect=5.0)) as client:
+            while not self._stop.is_set() and time.monotonic() < deadline:
+                with self._lock:
+                    if len(self.outcomes) >= self.max_requests:
+                        return
+                self._record(*self._one(client, body))
+
+    def _one(self, client: httpx.Client, body: dict[str, object]) -> tuple[float, bool, str]:
+        started = time.monotonic()
+        try:
+            with client.stream("POST", f"{self.url}/v1/completions", json=body) as response:
+                text = "".join(response.iter_text())
+            if response.status_code != 200:
+                return started, False, f"HTTP {response.status_code}: {text[:120]}"
+            if "data: [DONE]" not in text:
+                return started, False, "stream ended without [DONE]"
+            return started, True, ""
+        except httpx.HTTPError as exc:
+            return started, False, f"{type(exc).__name__}: {exc}"
+
+    def _record(self, started: float, ok: bool, detail: str) -> None:
+        with self._lock:
+            self.outcomes.append(Outcome(started, time.monotonic(), ok, detail))
+        if not ok:
+            time.sleep(0.05)  # an unavailable Service is probed, not hammered
+
+    @property
+    def succeeded(self) -> int:
+        return sum(o.ok for o in self.outcomes)
+
+    @property
+    def failed(self) -> list[Outcome]:
+        return [o for o in self.outcomes if not o.ok]
+
+    def unavailable_s(self) -> float:
+        """Longest stretch between two successful requests' ends that saw only failures."""
+        ordered = sorted(self.outcomes, key=lambda o: o.ended)
+        longest, last_ok, in_gap = 0.0, None, False
+        for o in ordered:
+            if o.ok:
+                if in_gap and last_ok is not None:
+                    longest = max(longest, o.ended - last_ok)
+                last_ok, in_gap = o.ended, False
+            else:
+                in_gap = True
+        if in_gap and last_ok is not None:  # still failing when the load stopped
+            longest = max(longest, ordered[-1].ended - last_ok)
+        return longest
