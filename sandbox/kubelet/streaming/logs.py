@@ -71,6 +71,8 @@ class _Writer:
         return self._budget is not None and self._budget <= 0
 
     async def line(self, raw: bytes) -> None:
+        if self.exhausted:
+            return
         if self._cri:
             match = _CRI_LINE.fullmatch(raw.rstrip(b"\n"))
             if match is None:
