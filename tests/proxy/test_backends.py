@@ -1,0 +1,82 @@
+"""A Service port leads to the ready addresses of the Endpoints port with the same name
+(as kube-proxy matches them), only TCP, never for headless or ExternalName Services;
+pod IPs are looked up in the kubelet's pod-ports.json, re-read when it is replaced."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sandbox.proxy.backends import Backend, PodPorts, ServicePort, ready_backends, service_ports
+
+
+def _service(ports: list[dict[str, Any]], **spec: Any) -> dict[str, Any]:
+    return {"spec": {"clusterIP": "10.96.0.10", "ports": ports, **spec}}
+
+
+@pytest.mark.parametrize(
+    ("service", "expected"),
+    [
+        (_service([{"port": 80}]), [ServicePort(name="", port=80)]),
+        (
+            _service(
+                [{"name": "http", "port": 80}, {"name": "dns", "port": 53, "protocol": "UDP"}]
+            ),
+            [ServicePort(name="http", port=80)],
+        ),
+        (_service([{"port": 80}], clusterIP="None"), []),
+        (_service([{"port": 80}], type="ExternalName", clusterIP=""), []),
+    ],
+)
+def test_service_ports(service: dict[str, Any], expected: list[ServicePort]) -> None:
+    assert service_ports(service) == expected
+
+
+ENDPOINTS = {
+    "subsets": [
+        {
+            "addresses": [{"ip": "10.244.0.1"}, {"ip": "10.244.0.2"}],
+            "notReadyAddresses": [{"ip": "10.244.0.3"}],
+            "ports": [{"name": "http", "port": 8080}, {"name": "metrics", "port": 9090}],
+        },
+        {"addresses": [{"ip": "10.244.0.4"}], "ports": [{"name": "http", "port": 8081}]},
+    ]
+}
+
+
+@pytest.mark.parametrize(
+    ("endpoints", "port_name", "expected"),
+    [
+        (
+            ENDPOINTS,
+            "http",
+            ["10.244.0.1:8080", "10.244.0.2:8080", "10.244.0.4:8081"],
+        ),
+        (ENDPOINTS, "metrics", ["10.244.0.1:9090", "10.244.0.2:9090"]),
+        (ENDPOINTS, "", []),
+        (
+            {"subsets": [{"addresses": [{"ip": "10.244.0.5"}], "ports": [{"port": 80}]}]},
+            "",
+            ["10.244.0.5:80"],
+        ),
+        ({"subsets": None}, "http", []),
+        (None, "http", []),
+    ],
+)
+def test_ready_backends(endpoints: Any, port_name: str, expected: list[str]) -> None:
+    assert [str(b) for b in ready_backends(endpoints, port_name)] == expected
+
+
+def test_pod_ports_follow_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "pod-ports.json"
+    ports = PodPorts(path)
+    backend = Backend(ip="10.244.0.1", port=8080)
+    assert ports.local_port(backend) is None
+    for local in (41000, 42000):
+        tmp = tmp_path / "pod-ports.tmp"
+        tmp.write_text(json.dumps({"10.244.0.1": {"8080": local}}))
+        tmp.replace(path)  # as the kubelet writes it
+        assert ports.local_port(backend) == local
