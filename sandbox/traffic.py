@@ -27,7 +27,7 @@ class ClientLoad:
     """`with ClientLoad(url, model="clef-flash", streams=16) as load: ...; load.failed`."""
 
     url: str
-    model: str
+    model: str | None = None  # None: the server's own model (no "model" field sent)
     streams: int = 4
     max_tokens: int = 8
     max_requests: int = 20000  # the loop is bounded in count as well as in time

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import typer
 
-from flows.cli import gate, golden, handoff, image, sandbox
+from flows.cli import demo, gate, golden, handoff, image, sandbox
 
 app = typer.Typer(
     name="handoff",
@@ -21,7 +21,14 @@ app.add_typer(sandbox.app, name="sandbox")
 app.add_typer(gate.app, name="gate")
 app.add_typer(golden.app, name="golden")
 app.add_typer(image.app, name="image")
-for command in (handoff.plan, handoff.run, handoff.approve, handoff.rollback, handoff.history):
+for command in (
+    demo.demo,
+    handoff.plan,
+    handoff.run,
+    handoff.approve,
+    handoff.rollback,
+    handoff.history,
+):
     app.command()(command)
 
 

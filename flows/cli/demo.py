@@ -1,0 +1,63 @@
+"""`handoff demo`: the seeds' two handoffs on the sandbox, with a summary."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+console = Console()
+
+
+def demo(
+    run_dir: Annotated[
+        Path | None, typer.Option("--run-dir", help="Sandbox state directory.")
+    ] = None,
+    approve_in_ui: Annotated[
+        bool,
+        typer.Option(
+            "--approve-in-ui",
+            help="Pause for approval in the Prefect UI instead of auto-approving.",
+        ),
+    ] = False,
+) -> None:
+    """Bring the sandbox up and run the clef-candle and coder-14b-fp16 handoffs."""
+    import os
+
+    os.environ.setdefault("DO_NOT_TRACK", "1")
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    from flows import demo as demo_run
+    from sandbox.paths import default_run_dir
+
+    results = demo_run.main(
+        (run_dir or default_run_dir()).resolve(), auto_approve=not approve_in_ui, console=console
+    )
+    table = Table(
+        "handoff",
+        "outcome",
+        "strategy",
+        "client requests ok",
+        "failed",
+        "longest unavailability (s)",
+        "took (s)",
+    )
+    for r in results:
+        table.add_row(
+            r.spec,
+            r.outcome,
+            r.strategy or "-",
+            str(r.requests_ok),
+            str(r.requests_failed),
+            f"{r.unavailable_s:g}",
+            f"{r.seconds:g}",
+        )
+    console.print(table)
+    console.print(
+        "history: [bold]uv run handoff history[/bold]   "
+        "stop the sandbox: [bold]uv run handoff sandbox down[/bold]"
+    )
+    if any(r.outcome != "done" for r in results):
+        raise typer.Exit(1)

@@ -1,0 +1,162 @@
+"""`handoff demo`: the seeds' two handoffs, end to end, on the sandbox.
+
+1. Sandbox up (control plane, simulated GPU nodes, registry, service proxy, Prefect).
+2. The before state: coder on GPTQ 30B-A3B, clef-serve on PyTorch, a reasoning model.
+3. clef-candle: the GDN conv fix is merged but CI has not published :sm70 yet, so
+   the handoff waits, rejecting the old build by its revision; CI publishes, the
+   handoff pins the new digest, gates pass, the Service swaps, clef-serve retires.
+   Client traffic runs through the Service the whole time.
+4. coder-14b-fp16: TP=2 needs two cards and one is free: in place, with the declared
+   downtime approved and the measured one reported.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from pydantic import BaseModel
+from rich.console import Console
+
+from flows.kube.client import Kube, connect
+from flows.kube.write import apply_manifest
+from sandbox import manager
+from sandbox.proxy import address_of
+from sandbox.seed import World, before_state_documents, create_world, merge_gdn_fix, publish_candle
+from sandbox.state import SandboxState
+from sandbox.traffic import ClientLoad
+
+ROOT = Path(__file__).resolve().parent.parent
+SPECS = ROOT / "manifests" / "handoffs"
+CI_DELAY_S = 20.0
+NAMESPACE = "llm-serving"
+
+
+class DemoResult(BaseModel):
+    spec: str
+    outcome: str
+    strategy: str | None
+    image: str | None
+    requests_ok: int
+    requests_failed: int
+    unavailable_s: float
+    declared_downtime_s: float | None
+    seconds: float
+
+
+def prepare(state: SandboxState, say: Callable[[str], None]) -> tuple[World, Kube]:
+    """The seeds' repositories, images and before state, Ready."""
+    world = create_world(state.run_dir / "src", state.registry_url or "")
+    os.environ.update(world.environment())
+    os.environ.setdefault("IMAGE_POLL_INTERVAL_S", "2")
+    kube = connect(state.kubeconfig)
+    for doc in before_state_documents(world):
+        apply_manifest(kube, doc)
+    say(
+        "before state applied: coder on GPTQ 30B-A3B (1 GPU), clef-serve on PyTorch "
+        "(1 GPU), reasoning-long (1 GPU); one V100 free"
+    )
+    wait_ready(kube, ("candle-vllm", "clef-serve", "reasoning-long"))
+    return world, kube
+
+
+def wait_ready(kube: Kube, names: tuple[str, ...], timeout_s: float = 180.0) -> None:
+    from flows.kube.read import read_deployment
+
+    deadline = time.monotonic() + timeout_s
+    for name in names:
+        while True:
+            d = read_deployment(kube, NAMESPACE, name)
+            if d is not None and d.ready_replicas >= d.replicas:
+                break
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"Deployment {NAMESPACE}/{name} not Ready after {timeout_s} s")
+            time.sleep(0.5)
+
+
+def run_handoff(
+    state: SandboxState, spec: str, service: str, model: str, *, port: int, auto_approve: bool
+) -> DemoResult:
+    """One handoff as a Prefect flow, with client traffic through the Service."""
+    from prefect import tags
+
+    from flows.handoff import handoff
+    from flows.spec import load_spec
+
+    spec_file = SPECS / f"{spec}.yaml"
+    loaded = load_spec(spec_file)
+    started = time.monotonic()
+    url = "http://" + address_of(state.run_dir, NAMESPACE, service, port)
+    outcome, image, strategy = "failed", None, None
+    with (
+        ClientLoad(url, model=model, streams=4) as load,
+        tags(f"service:{service}", f"handoff:{spec}"),
+    ):
+        try:
+            record = handoff(
+                str(spec_file), auto_approve=auto_approve, kubeconfig=str(state.kubeconfig)
+            )
+            outcome, image, strategy = record.outcome, record.image, record.strategy
+        except Exception as exc:
+            outcome = f"failed: {exc}"
+        time.sleep(2.0)  # traffic continues a moment after the retirement
+    del loaded
+    return DemoResult(
+        spec=spec,
+        outcome=outcome,
+        strategy=strategy,
+        image=image,
+        requests_ok=load.succeeded,
+        requests_failed=len(load.failed),
+        unavailable_s=round(load.unavailable_s(), 2),
+        declared_downtime_s=None,
+        seconds=round(time.monotonic() - started, 1),
+    )
+
+
+def ci_after_merge(world: World, say: Callable[[str], None]) -> threading.Thread:
+    """Merge the fix now; CI publishes the fixed :sm70 after CI_DELAY_S."""
+    fix = merge_gdn_fix(world)
+    say(
+        f"merged the GDN conv fix {fix[:12]} into candle-vllm main; CI publishes :sm70 "
+        f"in {CI_DELAY_S:.0f} s (until then :sm70 is the old build without the fix)"
+    )
+
+    def publish() -> None:
+        digest = publish_candle(world, delay_s=CI_DELAY_S)
+        say(f"CI published candle-vllm:sm70 {digest[:19]}… built from {fix[:12]}")
+
+    thread = threading.Thread(target=publish, daemon=True, name="ci")
+    thread.start()
+    return thread
+
+
+def main(run_dir: Path, *, auto_approve: bool, console: Console) -> list[DemoResult]:
+    say = console.print
+    say("[bold]handoff demo[/bold]: bringing the sandbox up")
+    state, _ = manager.up(run_dir)
+    os.environ["PREFECT_API_URL"] = state.prefect_api_url or ""
+    os.environ["KUBECONFIG"] = str(state.kubeconfig)
+    say(f"Prefect UI: {(state.prefect_api_url or '').removesuffix('/api')}")
+    world, _kube = prepare(state, say)
+    ci = ci_after_merge(world, say)
+    results = [
+        run_handoff(
+            state, "clef-candle", "clef-serve", "clef-flash", port=80, auto_approve=auto_approve
+        )
+    ]
+    ci.join(timeout=CI_DELAY_S + 60)
+    results.append(
+        run_handoff(
+            state,
+            "coder-14b-fp16",
+            "coder-predictor",
+            "coder-14b-fp16",
+            port=80,
+            auto_approve=auto_approve,
+        )
+    )
+    return results
