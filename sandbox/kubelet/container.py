@@ -10,9 +10,6 @@ Each run logs to ``<restartCount>.log`` as the kubelet's log directory does.
 
 from __future__ import annotations
 
-import math
-import secrets
-import signal
 from collections.abc import Callable
 from enum import Enum
 from pathlib import Path
@@ -23,12 +20,12 @@ from sandbox import procs
 from sandbox.kubelet.backoff import Backoff
 from sandbox.kubelet.command import ContainerConfigError, server_argv
 from sandbox.kubelet.container_probes import ContainerProbes
+from sandbox.kubelet.container_run import ContainerRun, terminated_state
 from sandbox.kubelet.context import NodeContext
 from sandbox.kubelet.events import PodRef
 from sandbox.kubelet.images import PulledImage
 from sandbox.kubelet.pull import ImagePuller
 from sandbox.kubelet.runtime import ContainerRuntime
-from sandbox.kubelet.spawner import ContainerProcess
 from sandbox.kubelet.status import Status, go_duration, now_rfc3339, restored_state
 
 
@@ -55,7 +52,7 @@ class ContainerRunner:
     ) -> None:
         self._ctx, self._pod, self._spec, self._container = ctx, pod, spec, container
         self.name = container.name
-        self._log_dir, self._wake = log_dir, wake
+        self._log_dir = log_dir
         self._puller = ImagePuller(ctx, pod, container)
         self._stage = Stage.PULLING
         self.state: Status = {"waiting": {"reason": "ContainerCreating"}}
@@ -66,8 +63,7 @@ class ContainerRunner:
             ctx, pod, container, pod_ip=pod_ip, local_port=self._port, wake=wake
         )
         self._backoff = Backoff.scaled(ctx.cluster.time_scale)
-        self._proc: ContainerProcess | None = None
-        self._kill_at: float | None = None
+        self._run: ContainerRun | None = None
         self._restart_at = 0.0
         self._stopping = False
         self._image: PulledImage | None = None
@@ -81,7 +77,7 @@ class ContainerRunner:
 
     @property
     def ready(self) -> bool:
-        return self._stage is Stage.RUNNING and self._kill_at is None and self._probes.ready
+        return self._run is not None and self._run.ready
 
     def step(self, now: float) -> None:
         if self._stage is Stage.PULLING and not self._stopping:
@@ -100,18 +96,38 @@ class ContainerRunner:
         if self._stopping:
             return
         self._stopping = True
-        if self._stage is Stage.RUNNING:
+        if self._run is not None:
             self._event("Killing", f"Stopping container {self.name}")
-            self._terminate(now, grace_s)
+            self._run.terminate(now, grace_s)
 
     def _start(self, now: float) -> None:
         if self._has_run:
             self.restart_count += 1
             self._backoff.record_attempt(now)
         self._has_run = True
+        argv = self._argv()
+        if argv is None:
+            return
+        self._event("Created", f"Created container {self.name}")
+        self._log(2).unlink(missing_ok=True)  # keep the current and the previous run's log
+        name = f"{self._pod.namespace}/{self._pod.name}/{self.name}"
+        started_at = now_rfc3339()
+        try:
+            proc = self._ctx.spawner.spawn(name, argv, log=self._log(0))
+        except Exception as exc:  # e.g. no such executable: the runtime reports exit 128
+            self._ctx.events.warning(self._pod, "Failed", f"Error: {exc}", container=self.name)
+            self._exited(now, terminated_state(128, started_at=started_at, container_id=""))
+            return
+        self._event("Started", f"Started container {self.name}")
+        self._run = ContainerRun(proc, self._probes, started_at=started_at)
+        self._container_id = self._run.container_id
+        self.state, self._stage = {"running": {"startedAt": started_at}}, Stage.RUNNING
+
+    def _argv(self) -> list[str] | None:
+        """The model-server command, or None (and CreateContainerConfigError) if none fits."""
         assert self._image is not None
         try:
-            argv = server_argv(
+            return server_argv(
                 cluster=self._ctx.cluster,
                 spec=self._spec,
                 container=self._container,
@@ -122,53 +138,22 @@ class ContainerRunner:
             self.state = {"waiting": {"reason": "CreateContainerConfigError", "message": str(exc)}}
             self._ctx.events.warning(self._pod, "Failed", f"Error: {exc}", container=self.name)
             self._stage = Stage.BLOCKED
-            return
-        self._container_id = f"docker://{secrets.token_hex(32)}"
-        self._event("Created", f"Created container {self.name}")
-        self._log(2).unlink(missing_ok=True)  # keep the current and the previous run's log
-        name = f"{self._pod.namespace}/{self._pod.name}/{self.name}"
-        self.state = {"running": {"startedAt": now_rfc3339()}}
-        try:
-            self._proc = self._ctx.spawner.spawn(name, argv, log=self._log(0))
-        except Exception as exc:  # e.g. no such executable: the runtime reports exit 128
-            self._ctx.events.warning(self._pod, "Failed", f"Error: {exc}", container=self.name)
-            self._exited(now, 128)
-            return
-        self._event("Started", f"Started container {self.name}")
-        self._stage = Stage.RUNNING
-        self._probes.start()
+            return None
 
     def _watch(self, now: float) -> None:
-        assert self._proc is not None
-        code = self._proc.poll()
-        if code is not None:
-            self._exited(now, code)
-        elif self._kill_at is not None:
-            if now >= self._kill_at:
-                self._proc.signal(signal.SIGKILL)
-                self._kill_at = math.inf
-        elif (failed := self._probes.failed()) is not None:
-            message = f"Container {self.name} failed {failed} probe, will be restarted"
-            self._event("Killing", message)
-            self._terminate(now, self._grace_s())
+        assert self._run is not None
+        terminated = self._run.poll(now)
+        if terminated is not None:
+            self._exited(now, terminated)
+        elif (failed := self._run.failed_probe()) is not None:
+            self._event(
+                "Killing", f"Container {self.name} failed {failed} probe, will be restarted"
+            )
+            self._run.terminate(now, self._grace_s())
 
-    def _terminate(self, now: float, grace_s: float) -> None:
-        self._probes.stop()
-        assert self._proc is not None
-        self._proc.signal(signal.SIGTERM)
-        self._kill_at = now + grace_s
-
-    def _exited(self, now: float, code: int) -> None:
-        self._probes.stop()
-        self._proc, self._kill_at = None, None
-        terminated = {
-            "exitCode": code,
-            "reason": "Completed" if code == 0 else "Error",
-            "startedAt": self.state.get("running", {}).get("startedAt"),
-            "finishedAt": now_rfc3339(),
-            "containerID": self._container_id,
-        }
-        if self._stopping or not self._restarts_after(code):
+    def _exited(self, now: float, terminated: Status) -> None:
+        self._run = None
+        if self._stopping or not self._restarts_after(terminated["exitCode"]):
             self.state, self._stage = {"terminated": terminated}, Stage.STOPPED
             return
         self.last_state = {"terminated": terminated}
@@ -202,7 +187,7 @@ class ContainerRunner:
         self._ctx.events.normal(self._pod, reason, message, container=self.name)
 
     def status(self) -> Status:
-        started = self._stage is Stage.RUNNING and self._probes.started
+        started = self._run is not None and self._run.started
         entry: Status = {
             "name": self.name,
             "image": self._container.image,

@@ -83,6 +83,16 @@ class PodWorker:
         if writer.terminal:  # finished before this kubelet started: run nothing again
             for runner in runners:
                 runner.stop(time.monotonic(), 0)
+        self._sync_until_stopped(runners, writer, pod_ip)
+        # Nothing of the pod runs any more: forget it before its object goes.
+        self._ctx.table.remove(self.ref.namespace, self.ref.name, self.ref.uid)
+        if not self._gone and self._shutdown_grace is None:
+            writer.write(self._pod, runners)
+            self._delete()
+
+    def _sync_until_stopped(
+        self, runners: list[ContainerRunner], writer: PodStatusWriter, pod_ip: str
+    ) -> None:
         stopping = False
         while True:
             now = time.monotonic()
@@ -95,14 +105,11 @@ class PodWorker:
                 runner.step(now)
             self._publish(pod_ip, runners)
             if not self._gone and self._shutdown_grace is None and not writer.terminal:
-                self._gone = writer.write(self._pod, runners) is False
+                self._gone = not writer.write(self._pod, runners)
             if stopping and all(r.stopped for r in runners):
-                break
+                return
             self._wake.wait(TICK_S)
             self._wake.clear()
-        if not self._gone and self._shutdown_grace is None:
-            writer.write(self._pod, runners)
-            self._delete()
 
     def _runners(self, pod: V1Pod, pod_ip: str) -> list[ContainerRunner]:
         prior = {c.name: c for c in (pod.status and pod.status.container_statuses) or []}

@@ -34,7 +34,7 @@ class SandboxKubelet:
 
 
 @dataclass(frozen=True)
-class TestImages:
+class SandboxImages:
     cadence: str  # no server label: the default profile
     candle: str  # dev.handoff.sim.server=candle-vllm, no faults
 
@@ -63,12 +63,12 @@ def kubelet(sandbox, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandb
 
 
 @pytest.fixture(scope="session")
-def images(kubelet: SandboxKubelet) -> TestImages:
+def images(kubelet: SandboxKubelet) -> SandboxImages:
     host = kubelet.registry_host
     push_labelled_image(kubelet.registry_url, "kubelet-tests/cadence", "v1", None)
     candle = SimBuild(server="candle-vllm")
     push_labelled_image(kubelet.registry_url, "kubelet-tests/candle-vllm", "sm70", candle)
-    return TestImages(
+    return SandboxImages(
         cadence=f"{host}/kubelet-tests/cadence:v1", candle=f"{host}/kubelet-tests/candle-vllm:sm70"
     )
 

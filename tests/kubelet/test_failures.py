@@ -10,7 +10,7 @@ from kubernetes import client
 
 from sandbox.kubelet.command import requests_gpu
 from tests.kubelet import objects
-from tests.kubelet.conftest import SandboxKubelet, TestImages
+from tests.kubelet.conftest import SandboxImages, SandboxKubelet
 from tests.kubelet.waits import wait_for, wait_pod, waiting_reason
 
 CUDA_PANIC = "Unable to dynamically load the cuda shared library"
@@ -63,7 +63,7 @@ def test_other_registry_is_never_dialled(core: client.CoreV1Api, namespace: str)
 
 
 def test_gpu_pod_without_runtime_class_crash_loops(
-    core: client.CoreV1Api, namespace: str, images: TestImages
+    core: client.CoreV1Api, namespace: str, images: SandboxImages
 ) -> None:
     main = objects.container(images.candle, gpus=1, args=objects.CODER_ARGS)
     core.create_namespaced_pod(namespace, objects.pod("nocuda", objects.pod_spec(main)))
@@ -96,7 +96,7 @@ def test_gpu_pod_without_runtime_class_crash_loops(
 
 
 def test_fifth_gpu_pod_stays_pending(
-    core: client.CoreV1Api, namespace: str, images: TestImages
+    core: client.CoreV1Api, namespace: str, images: SandboxImages
 ) -> None:
     _wait_gpus_free(core)
     main = objects.container(images.candle, gpus=1, args=objects.CODER_ARGS, readiness_path=None)

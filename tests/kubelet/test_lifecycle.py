@@ -22,7 +22,7 @@ from sandbox import procs
 from sandbox.cluster import ClusterConfig, NodeConfig, load_cluster
 from sandbox.kubelet.spawner import kill_leftovers
 from tests.kubelet import objects
-from tests.kubelet.conftest import SandboxKubelet, TestImages
+from tests.kubelet.conftest import SandboxImages, SandboxKubelet
 from tests.kubelet.kubelets import start_kubelet
 from tests.kubelet.waits import is_ready, wait_for, wait_pod
 
@@ -30,7 +30,7 @@ EXIT_TIMEOUT_S = 10.0
 
 
 def test_deleting_pod_stops_its_process(
-    core: client.CoreV1Api, namespace: str, kubelet: SandboxKubelet, images: TestImages
+    core: client.CoreV1Api, namespace: str, kubelet: SandboxKubelet, images: SandboxImages
 ) -> None:
     core.create_namespaced_pod(
         namespace, objects.pod("doomed", objects.pod_spec(objects.container(images.cadence)))
@@ -58,7 +58,7 @@ def test_stopped_kubelet_leaves_no_model_server(
     namespace: str,
     sandbox,
     kubelet: SandboxKubelet,  # type: ignore[no-untyped-def]
-    images: TestImages,
+    images: SandboxImages,
     tmp_path: Path,
 ) -> None:
     """A kubelet of its own, with a node of its own, so the sandbox's kubelet keeps running."""

@@ -12,7 +12,7 @@ from kubernetes import client
 
 from sandbox.cluster import load_cluster
 from tests.kubelet import objects
-from tests.kubelet.conftest import SandboxKubelet, TestImages
+from tests.kubelet.conftest import SandboxImages, SandboxKubelet
 from tests.kubelet.waits import is_ready, wait_for
 
 
@@ -21,7 +21,7 @@ def test_deployment_becomes_ready_and_listed_in_endpoints(
     core: client.CoreV1Api,
     namespace: str,
     kubelet: SandboxKubelet,
-    images: TestImages,
+    images: SandboxImages,
 ) -> None:
     apps = client.AppsV1Api(kube_api)
     apps.create_namespaced_deployment(
@@ -80,23 +80,25 @@ def _assert_kubelet_status(pod: client.V1Pod, image: str, kubelet: SandboxKubele
 
 
 def test_failing_readiness_probe_keeps_pod_unready(
-    core: client.CoreV1Api, namespace: str, images: TestImages
+    core: client.CoreV1Api, namespace: str, images: SandboxImages
 ) -> None:
     """Running but not Ready while its readiness probe answers 404, with Unhealthy events."""
     main = objects.container(images.cadence, readiness_path="/no-such-path")
     core.create_namespaced_pod(namespace, objects.pod("unready", objects.pod_spec(main)))
 
-    def probed(events: list[client.CoreV1Event]) -> client.CoreV1Event | None:
-        return next((e for e in events if e.reason == "Unhealthy"), None)
+    answered = "Readiness probe failed: HTTP probe failed with statuscode: 404"
 
-    event = wait_for(
+    def probed(events: list[client.CoreV1Event]) -> bool:
+        # Until the server listens the probe is refused; then it answers 404.
+        return any(e.reason == "Unhealthy" and e.message == answered for e in events)
+
+    wait_for(
         core.list_namespaced_event,
         probed,
         namespace=namespace,
         timeout_s=60,
-        what="an Unhealthy event for pod unready",
+        what=f"an Unhealthy event {answered!r} for pod unready",
     )
-    assert event.message == "Readiness probe failed: HTTP probe failed with statuscode: 404"
     pod = core.read_namespaced_pod("unready", namespace)
     assert pod.status.phase == "Running" and not is_ready(pod)
     ready = next(c for c in pod.status.conditions if c.type == "Ready")
