@@ -1,0 +1,129 @@
+"""Through the service proxy the sandbox runs, with pods the real kubelet runs: a request
+to a Service's proxy address reaches a Ready pod behind it; when the Service's selector
+moves to another pod, new connections go there as soon as the proxy has seen the new
+Endpoints, while a stream already open to the old pod keeps flowing to its end; a
+Service without ready endpoints resets connections; a deleted Service's listener goes."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from kubernetes import client
+
+from sandbox.proxy import ProxyAddress, read_addresses
+from sandbox.state import SandboxState
+from tests.kubelet import objects
+from tests.kubelet_server.cluster import (
+    push_server_image,
+    require_components,
+    scratch_namespace,
+    start_server_pods,
+)
+
+WAIT_S = 30.0
+STREAM_TOKENS = 400  # long enough to still be streaming when the selector has moved
+
+
+@pytest.fixture(scope="module")
+def pods(sandbox: SandboxState, kube_api: client.ApiClient) -> Iterator[tuple[str, dict[str, str]]]:
+    """A namespace with Ready model-server pods a and b: (namespace, {name: pod IP})."""
+    require_components(sandbox, "kubelet", "service-proxy")
+    core = client.CoreV1Api(kube_api)
+    image = push_server_image(sandbox)
+    with scratch_namespace(core, "proxy") as namespace:
+        ready = start_server_pods(core, namespace, image, ["a", "b"])
+        yield namespace, {name: pod.status.pod_ip for name, pod in ready.items()}
+
+
+def _listener(run_dir: Path, namespace: str, service: str) -> ProxyAddress | None:
+    found = [a for a in read_addresses(run_dir) if a.matches(namespace, service, 80)]
+    return found[0] if found else None
+
+
+def _wait_listener(run_dir: Path, namespace: str, service: str, backends: list[str]) -> str:
+    """The proxy address once the proxy routes the Service port to exactly these backends."""
+    deadline, seen = time.monotonic() + WAIT_S, None
+    while time.monotonic() < deadline:
+        seen = _listener(run_dir, namespace, service)
+        if seen is not None and sorted(seen.backends) == sorted(backends):
+            return seen.address
+        time.sleep(0.05)
+    raise AssertionError(f"proxy never routed {namespace}/{service} to {backends}; last: {seen}")
+
+
+def _served_model(address: str) -> str:
+    response = httpx.get(f"http://{address}/v1/models", timeout=10, trust_env=False)
+    return response.json()["data"][0]["id"]
+
+
+class _Stream(threading.Thread):
+    """Reads one streamed completion, stamping each SSE event as it arrives."""
+
+    def __init__(self, address: str, model: str) -> None:
+        super().__init__(daemon=True)
+        self.url, self.model = f"http://{address}/v1/completions", model
+        self.events: list[tuple[float, dict[str, Any] | str]] = []
+        self.first = threading.Event()
+
+    def run(self) -> None:
+        body = {"model": self.model, "prompt": "count", "max_tokens": STREAM_TOKENS, "stream": True}
+        with httpx.stream("POST", self.url, json=body, timeout=60, trust_env=False) as response:
+            for line in response.iter_lines():
+                if line.startswith("data: "):
+                    payload = line.removeprefix("data: ")
+                    event = payload if payload == "[DONE]" else json.loads(payload)
+                    self.events.append((time.monotonic(), event))
+                    self.first.set()
+
+
+def test_selector_change_moves_new_connections_only(
+    sandbox: SandboxState, kube_api: client.ApiClient, pods: tuple[str, dict[str, str]]
+) -> None:
+    namespace, ips = pods
+    core = client.CoreV1Api(kube_api)
+    core.create_namespaced_service(namespace, objects.service("svc", {"app": "a"}))
+    address = _wait_listener(sandbox.run_dir, namespace, "svc", [f"{ips['a']}:8080"])
+    assert _served_model(address) == "a"
+    stream = _Stream(address, "a")
+    stream.start()
+    assert stream.first.wait(WAIT_S), "the stream to pod a sent nothing"
+    core.patch_namespaced_service("svc", namespace, {"spec": {"selector": {"app": "b"}}})
+    assert _wait_listener(sandbox.run_dir, namespace, "svc", [f"{ips['b']}:8080"]) == address
+    switched = time.monotonic()
+    assert _served_model(address) == "b"
+    stream.join(WAIT_S)
+    assert not stream.is_alive(), "the stream to pod a did not finish"
+    arrivals, events = zip(*stream.events, strict=True)
+    assert events[-1] == "[DONE]"
+    assert {e["model"] for e in events[:-1] if isinstance(e, dict)} == {"a"}
+    # The old pod was still sending after the proxy had moved: the stream was not cut.
+    assert max(arrivals[:-1]) > switched
+
+
+def test_service_without_ready_endpoints_resets(
+    sandbox: SandboxState, kube_api: client.ApiClient, pods: tuple[str, dict[str, str]]
+) -> None:
+    namespace, _ = pods
+    core = client.CoreV1Api(kube_api)
+    core.create_namespaced_service(namespace, objects.service("empty", {"app": "nobody"}))
+    address = _wait_listener(sandbox.run_dir, namespace, "empty", [])
+    host, port = address.split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as conn:
+        conn.sendall(b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n")
+        with pytest.raises(ConnectionResetError):
+            conn.recv(1024)
+    core.delete_namespaced_service("empty", namespace)
+    deadline = time.monotonic() + WAIT_S
+    while _listener(sandbox.run_dir, namespace, "empty") is not None:
+        assert time.monotonic() < deadline, "listener of the deleted Service still listed"
+        time.sleep(0.05)
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection((host, int(port)), timeout=10)
