@@ -1,7 +1,8 @@
 """`python -m sandbox.proxy --run-dir DIR --kubeconfig FILE`: run the service proxy.
 
 Prints `service proxy ready: <run-dir>/proxy.json` once the first complete list of
-Service listeners is written; SIGTERM or SIGINT stop it and remove that file.
+Service listeners is written; SIGTERM or SIGINT stop it and remove that file. If it can
+no longer follow the Services it exits non-zero rather than serve stale listeners.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import asyncio
 import logging
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from sandbox.proxy.addresses import addresses_file
@@ -18,13 +20,9 @@ from sandbox.proxy.informer import Informer, core_api
 from sandbox.proxy.service_proxy import ENDPOINTS, SERVICES, Change, ServiceProxy
 
 
-async def serve(run_dir: Path, kubeconfig: Path) -> None:
-    loop = asyncio.get_running_loop()
-    addresses_file(run_dir).unlink(missing_ok=True)  # never show a previous run's ports
-    proxy = ServiceProxy(run_dir)
-    post = proxy.poster(loop)
+def _start_informers(kubeconfig: Path, post: Callable[[Change], None]) -> list[Informer]:
     core = core_api(str(kubeconfig))
-    informers = [
+    return [
         Informer(
             list_func,
             on_list=lambda items, k=kind: post(Change(k, listing=items)),
@@ -35,16 +33,30 @@ async def serve(run_dir: Path, kubeconfig: Path) -> None:
             (ENDPOINTS, core.list_endpoints_for_all_namespaces),
         )
     ]
+
+
+async def serve(run_dir: Path, kubeconfig: Path) -> None:
+    loop = asyncio.get_running_loop()
+    addresses_file(run_dir).unlink(missing_ok=True)  # never show a previous run's ports
+    proxy = ServiceProxy(run_dir)
+    informers = _start_informers(kubeconfig, proxy.poster(loop))
     stop = asyncio.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
     ready = f"service proxy ready: {addresses_file(run_dir)}"
     runner = asyncio.create_task(proxy.run(on_ready=lambda: print(ready, flush=True)))
-    await stop.wait()
+    stopping = asyncio.create_task(stop.wait())
+    await asyncio.wait([runner, stopping], return_when=asyncio.FIRST_COMPLETED)
     for informer in informers:
         informer.stop()
     runner.cancel()
-    await proxy.close()
+    stopping.cancel()
+    try:
+        await runner  # raises what made it stop, if it stopped on its own
+    except asyncio.CancelledError:
+        pass
+    finally:
+        await proxy.close()
 
 
 def main(argv: list[str] | None = None) -> None:

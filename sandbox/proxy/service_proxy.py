@@ -9,6 +9,7 @@ Service and the Endpoints lists have been applied.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +22,7 @@ from sandbox.proxy.listener import ServiceListener
 SERVICES, ENDPOINTS = "services", "endpoints"
 POD_PORTS_FILE = "pod-ports.json"
 Key = tuple[str, str]
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -55,7 +57,10 @@ class ServiceProxy:
             while not self._changes.empty():  # batch what has queued up meanwhile
                 touched |= self._apply(self._changes.get_nowait())
             for key in sorted(touched):
-                await self._reconcile(key)
+                try:
+                    await self._reconcile(key)
+                except OSError as exc:  # no port to listen on: say so, retry at the next change
+                    log.error("service %s/%s: cannot open its listener: %s", *key, exc)
             if self._synced == {SERVICES, ENDPOINTS}:
                 first = self._written is None
                 self._write()

@@ -59,6 +59,19 @@ def _wait_listener(run_dir: Path, namespace: str, service: str, backends: list[s
     raise AssertionError(f"proxy never routed {namespace}/{service} to {backends}; last: {seen}")
 
 
+def _expose(
+    sandbox: SandboxState,
+    core: client.CoreV1Api,
+    namespace: str,
+    name: str,
+    app: str,
+    backends: list[str],
+) -> str:
+    """Create Service name selecting app=<app>; its proxy address once it routes to backends."""
+    core.create_namespaced_service(namespace, objects.service(name, {"app": app}))
+    return _wait_listener(sandbox.run_dir, namespace, name, backends)
+
+
 def _served_model(address: str) -> str:
     response = httpx.get(f"http://{address}/v1/models", timeout=10, trust_env=False)
     return response.json()["data"][0]["id"]
@@ -89,8 +102,7 @@ def test_selector_change_moves_new_connections_only(
 ) -> None:
     namespace, ips = pods
     core = client.CoreV1Api(kube_api)
-    core.create_namespaced_service(namespace, objects.service("svc", {"app": "a"}))
-    address = _wait_listener(sandbox.run_dir, namespace, "svc", [f"{ips['a']}:8080"])
+    address = _expose(sandbox, core, namespace, "svc", "a", [f"{ips['a']}:8080"])
     assert _served_model(address) == "a"
     stream = _Stream(address, "a")
     stream.start()
@@ -113,8 +125,7 @@ def test_service_without_ready_endpoints_resets(
 ) -> None:
     namespace, _ = pods
     core = client.CoreV1Api(kube_api)
-    core.create_namespaced_service(namespace, objects.service("empty", {"app": "nobody"}))
-    address = _wait_listener(sandbox.run_dir, namespace, "empty", [])
+    address = _expose(sandbox, core, namespace, "empty", "nobody", [])
     host, port = address.split(":")
     with socket.create_connection((host, int(port)), timeout=10) as conn:
         conn.sendall(b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n")
