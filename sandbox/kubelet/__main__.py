@@ -27,6 +27,7 @@ from sandbox.kubelet.context import NodeContext
 from sandbox.kubelet.events import EventRecorder
 from sandbox.kubelet.images import ImageStore
 from sandbox.kubelet.ipam import IpPool
+from sandbox.kubelet.launch import ready_file
 from sandbox.kubelet.nodes import NodeHeartbeat, ensure_runtime_class, register_node
 from sandbox.kubelet.pods import PodManager, watch_node_pods
 from sandbox.kubelet.runtime import PodTable
@@ -34,7 +35,6 @@ from sandbox.kubelet.spawner import Spawner, kill_leftovers
 
 log = logging.getLogger("sandbox.kubelet")
 SHUTDOWN_GRACE_S = 3.0  # well inside the 10 s `sandbox down` allows before SIGKILL
-READY_FILE = "ready.json"
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -58,55 +58,58 @@ def _start_server(table: PodTable, pki: Pki):  # type: ignore[no-untyped-def]
     return start_server(table, pki=pki, port=0)
 
 
-def _write_ready(kubelet_dir: Path, *, port: int, nodes: list[str]) -> None:
-    tmp = kubelet_dir / f"{READY_FILE}.tmp"
+def _write_ready(run_dir: Path, *, port: int, nodes: list[str]) -> None:
+    path = ready_file(run_dir)
+    tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps({"pid": os.getpid(), "port": port, "nodes": nodes}))
-    tmp.replace(kubelet_dir / READY_FILE)
+    tmp.replace(path)
 
 
 def run(args: argparse.Namespace, stop: threading.Event) -> None:
     run_dir = args.run_dir.resolve()
-    kubelet_dir = run_dir / "kubelet"
-    (kubelet_dir / READY_FILE).unlink(missing_ok=True)
-    for record in kill_leftovers(kubelet_dir / "processes"):
+    ready_file(run_dir).unlink(missing_ok=True)
+    for record in kill_leftovers(run_dir / "kubelet" / "processes"):
         log.info("killed leftover container process %s (pid %d)", record.name, record.pid)
-    cluster = load_cluster(args.cluster)
-    api = config.new_client_from_config(config_file=str(args.kubeconfig))
-    table = PodTable(run_dir / "pod-ports.json")
-    spawner = Spawner(kubelet_dir / "processes").start()
-    ctx = NodeContext(
-        api=api,
-        cluster=cluster,
-        images=ImageStore(args.registry),
-        spawner=spawner,
-        events=EventRecorder(api),
-        table=table,
-        ips=IpPool(cluster.pod_cidr),
-        pods_dir=kubelet_dir / "pods",
-    )
-    server = _start_server(table, Pki(args.pki or run_dir / "pki"))
-    names = [node.name for node in cluster.nodes]
-    ensure_runtime_class(api)
-    for node in cluster.nodes:
-        register_node(api, node, server.port)
-    heartbeat = NodeHeartbeat(api, names).start()
+    ctx = _context(args, run_dir)
+    server = _start_server(ctx.table, Pki(args.pki or run_dir / "pki"))
+    ensure_runtime_class(ctx.api)
+    for node in ctx.cluster.nodes:
+        register_node(ctx.api, node, server.port)
+    names = [node.name for node in ctx.cluster.nodes]
+    heartbeat = NodeHeartbeat(ctx.api, names).start()
     manager = PodManager(ctx)
     for name in names:
-        threading.Thread(
+        watch = threading.Thread(
             target=watch_node_pods,
             args=(ctx, manager, name, stop),
             name=f"watch-{name}",
             daemon=True,
-        ).start()
-    _write_ready(kubelet_dir, port=server.port, nodes=names)
+        )
+        watch.start()
+    _write_ready(run_dir, port=server.port, nodes=names)
     log.info("kubelet ready: nodes %s, server port %d", ",".join(names), server.port)
     while not stop.wait(1.0):
         pass
-    log.info("kubelet stopping: stopping the processes of %d pods", len(table.snapshot()))
+    log.info("kubelet stopping: stopping the processes of %d pods", len(ctx.table.snapshot()))
     manager.shutdown(SHUTDOWN_GRACE_S)
     heartbeat.stop()
     server.stop()
-    spawner.close()
+    ctx.spawner.close()
+
+
+def _context(args: argparse.Namespace, run_dir: Path) -> NodeContext:
+    cluster = load_cluster(args.cluster)
+    api = config.new_client_from_config(config_file=str(args.kubeconfig))
+    return NodeContext(
+        api=api,
+        cluster=cluster,
+        images=ImageStore(args.registry),
+        spawner=Spawner(run_dir / "kubelet" / "processes").start(),
+        events=EventRecorder(api),
+        table=PodTable(run_dir / "pod-ports.json"),
+        ips=IpPool(cluster.pod_cidr),
+        pods_dir=run_dir / "kubelet" / "pods",
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

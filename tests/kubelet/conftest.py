@@ -16,10 +16,10 @@ from kubernetes import client
 
 from sandbox import procs
 from sandbox.cluster import DEFAULT_CLUSTER_FILE
+from sandbox.kubelet import launch
 from sandbox.registry import Registry
 from sandbox.simbuild import SimBuild
 from tests.kubelet.images import push_labelled_image
-from tests.kubelet.kubelets import start_kubelet
 
 
 @dataclass(frozen=True)
@@ -49,7 +49,7 @@ def kubelet(sandbox, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandb
     if sandbox.registry_url is None:
         registry = Registry.start(tmp_path_factory.mktemp("kubelet-registry"))
     url = sandbox.registry_url or registry.url
-    record = start_kubelet(
+    record = launch.start(
         run_dir=sandbox.run_dir,
         kubeconfig=kubeconfig,
         cluster=DEFAULT_CLUSTER_FILE,

@@ -21,17 +21,7 @@ def test_missing_tag_goes_image_pull_backoff(
     core: client.CoreV1Api, namespace: str, kubelet: SandboxKubelet
 ) -> None:
     image = f"{kubelet.registry_host}/kubelet-tests/cadence:no-such-tag"
-    core.create_namespaced_pod(
-        namespace, objects.pod("missing", objects.pod_spec(objects.container(image)))
-    )
-    pod = wait_pod(
-        core,
-        namespace,
-        "missing",
-        lambda p: waiting_reason(p) == "ImagePullBackOff",
-        timeout_s=30,
-        what="waiting ImagePullBackOff",
-    )
+    pod = _run_until_waiting(core, namespace, "missing", image, "ImagePullBackOff")
     assert pod.status.container_statuses[0].state.waiting.message == (
         f'Back-off pulling image "{image}"'
     )
@@ -47,17 +37,7 @@ def test_missing_tag_goes_image_pull_backoff(
 
 def test_other_registry_is_never_dialled(core: client.CoreV1Api, namespace: str) -> None:
     image = "forgejo.riotpiao.com/riotpiao-poimen/candle-vllm:sm70"
-    core.create_namespaced_pod(
-        namespace, objects.pod("remote", objects.pod_spec(objects.container(image)))
-    )
-    pod = wait_pod(
-        core,
-        namespace,
-        "remote",
-        lambda p: waiting_reason(p) == "ErrImagePull",
-        timeout_s=30,
-        what="waiting ErrImagePull",
-    )
+    pod = _run_until_waiting(core, namespace, "remote", image, "ErrImagePull")
     message = pod.status.container_statuses[0].state.waiting.message
     assert "lookup forgejo.riotpiao.com: no such host" in message
 
@@ -120,6 +100,21 @@ def test_fifth_gpu_pod_stays_pending(
     assert pending.status.phase == "Pending"
     scheduled = next(c for c in pending.status.conditions if c.type == "PodScheduled")
     assert "Insufficient nvidia.com/gpu" in scheduled.message
+
+
+def _run_until_waiting(
+    core: client.CoreV1Api, namespace: str, name: str, image: str, reason: str
+) -> client.V1Pod:
+    spec = objects.pod_spec(objects.container(image))
+    core.create_namespaced_pod(namespace, objects.pod(name, spec))
+    return wait_pod(
+        core,
+        namespace,
+        name,
+        lambda p: waiting_reason(p) == reason,
+        timeout_s=30,
+        what=f"waiting {reason}",
+    )
 
 
 def _restarted(count: int):  # type: ignore[no-untyped-def]

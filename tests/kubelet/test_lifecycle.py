@@ -20,10 +20,10 @@ from kubernetes import client
 
 from sandbox import procs
 from sandbox.cluster import ClusterConfig, NodeConfig, load_cluster
+from sandbox.kubelet import launch
 from sandbox.kubelet.spawner import kill_leftovers
 from tests.kubelet import objects
 from tests.kubelet.conftest import SandboxImages, SandboxKubelet
-from tests.kubelet.kubelets import start_kubelet
 from tests.kubelet.waits import is_ready, wait_for, wait_pod
 
 EXIT_TIMEOUT_S = 10.0
@@ -64,7 +64,7 @@ def test_stopped_kubelet_leaves_no_model_server(
     """A kubelet of its own, with a node of its own, so the sandbox's kubelet keeps running."""
     node = f"lifecycle-{uuid.uuid4().hex[:6]}"
     run_dir = tmp_path / "run"
-    process = start_kubelet(
+    process = launch.start(
         run_dir=run_dir,
         kubeconfig=kubelet.kubeconfig,
         cluster=_cluster_file(tmp_path, node),
