@@ -1,7 +1,8 @@
 """Container processes live exactly as long as their pod and their kubelet: deleting a
 pod stops its process and removes the object; a kubelet stopped by SIGTERM stops its
 pods' processes, and one killed by SIGKILL leaves no model-server process behind; a
-kubelet starting after a crash kills processes its predecessor recorded."""
+kubelet starting after a crash kills processes its predecessor recorded and restarts
+its pods' containers as a rebooted node does."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ import signal
 import sys
 import time
 import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -51,37 +54,85 @@ def test_deleting_pod_stops_its_process(
     assert pod.status.pod_ip not in ports
 
 
+@dataclass
+class OwnKubelet:
+    """A kubelet with a node of its own, so the sandbox's kubelet keeps running."""
+
+    node: str
+    run_dir: Path
+    start: Callable[[], procs.ProcessRecord]
+
+
+@pytest.fixture
+def own_kubelet(
+    core: client.CoreV1Api,
+    namespace: str,
+    sandbox,
+    kubelet: SandboxKubelet,
+    tmp_path: Path,  # type: ignore[no-untyped-def]
+) -> Iterator[OwnKubelet]:
+    node = f"lifecycle-{uuid.uuid4().hex[:6]}"
+    run_dir, started = tmp_path / "run", []
+
+    def start() -> procs.ProcessRecord:
+        started.append(
+            launch.start(
+                run_dir=run_dir,
+                kubeconfig=kubelet.kubeconfig,
+                cluster=_cluster_file(tmp_path, node),
+                registry_url=kubelet.registry_url,
+                pki=sandbox.run_dir / "pki",
+            )
+        )
+        return started[-1]
+
+    yield OwnKubelet(node, run_dir, start)
+    for process in started:
+        procs.stop(process)
+    for pod in core.list_namespaced_pod(namespace).items:
+        core.delete_namespaced_pod(pod.metadata.name, namespace, grace_period_seconds=0)
+    core.delete_node(node)
+
+
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGKILL], ids=["sigterm", "sigkill"])
 def test_stopped_kubelet_leaves_no_model_server(
     signum: int,
     core: client.CoreV1Api,
     namespace: str,
-    sandbox,
-    kubelet: SandboxKubelet,  # type: ignore[no-untyped-def]
+    own_kubelet: OwnKubelet,
     images: SandboxImages,
-    tmp_path: Path,
 ) -> None:
-    """A kubelet of its own, with a node of its own, so the sandbox's kubelet keeps running."""
-    node = f"lifecycle-{uuid.uuid4().hex[:6]}"
-    run_dir = tmp_path / "run"
-    process = launch.start(
-        run_dir=run_dir,
-        kubeconfig=kubelet.kubeconfig,
-        cluster=_cluster_file(tmp_path, node),
-        registry_url=kubelet.registry_url,
-        pki=sandbox.run_dir / "pki",
+    process = own_kubelet.start()
+    spec = objects.pod_spec(objects.container(images.cadence), node_name=own_kubelet.node)
+    core.create_namespaced_pod(namespace, objects.pod("served", spec))
+    wait_pod(core, namespace, "served", is_ready, timeout_s=60, what="Ready")
+    server = _container_process(own_kubelet.run_dir, namespace, "served")
+    os.kill(process.pid, signum)
+    _wait_dead(process, server)
+
+
+def test_restarted_kubelet_restarts_its_pods_containers(
+    core: client.CoreV1Api, namespace: str, own_kubelet: OwnKubelet, images: SandboxImages
+) -> None:
+    """As after a node reboot: same pod IP, restartCount + 1, lastState exit 137."""
+    first = own_kubelet.start()
+    spec = objects.pod_spec(objects.container(images.cadence), node_name=own_kubelet.node)
+    core.create_namespaced_pod(namespace, objects.pod("served", spec))
+    before = wait_pod(core, namespace, "served", is_ready, timeout_s=60, what="Ready")
+    os.kill(first.pid, signal.SIGKILL)
+    _wait_dead(first)
+    own_kubelet.start()
+    after = wait_pod(
+        core,
+        namespace,
+        "served",
+        lambda p: is_ready(p) and p.status.container_statuses[0].restart_count == 1,
+        timeout_s=60,
+        what="Ready again after one restart",
     )
-    try:
-        spec = objects.pod_spec(objects.container(images.cadence), node_name=node)
-        core.create_namespaced_pod(namespace, objects.pod("served", spec))
-        wait_pod(core, namespace, "served", is_ready, timeout_s=60, what="Ready")
-        server = _container_process(run_dir, namespace, "served")
-        os.kill(process.pid, signum)
-        _wait_dead(process, server)
-    finally:
-        procs.stop(process)
-        core.delete_namespaced_pod("served", namespace, grace_period_seconds=0)
-        core.delete_node(node)
+    assert after.status.pod_ip == before.status.pod_ip
+    assert after.status.start_time == before.status.start_time
+    assert after.status.container_statuses[0].last_state.terminated.exit_code == 137
 
 
 def test_leftover_processes_are_killed_on_start(tmp_path: Path) -> None:
