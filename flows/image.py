@@ -10,6 +10,7 @@ exact image that was checked, whatever the tag points at afterwards.
 from __future__ import annotations
 
 import itertools
+import logging
 import random
 import time
 from collections.abc import Callable
@@ -31,6 +32,8 @@ from flows.errors import (
 from flows.oci import LABEL_REVISION, LABEL_SOURCE, ImageInfo, RegistryClient
 from flows.oci_auth import RegistryAuth, load_credentials
 from flows.oci_ref import ImageRef
+
+logger = logging.getLogger(__name__)
 
 
 class ImageRequirement(BaseModel):
@@ -97,7 +100,6 @@ def wait_for_image(
     """
     deadline = time.monotonic() + requirement.timeout_s
     deadline_at = datetime.now(UTC) + timedelta(seconds=requirement.timeout_s)
-    report = on_seen or (lambda sighting: None)
     seen: list[Sighting] = []
     verdicts: dict[str, Sighting] = {}
     with _client(requirement) as client:
@@ -110,7 +112,7 @@ def wait_for_image(
             sighting, pinned = _poll(requirement, client, repo, verdicts)
             if not seen or sighting != seen[-1]:
                 seen.append(sighting)
-                report(sighting)
+                _report(requirement, sighting, on_seen)
             if pinned is not None:
                 return pinned.model_copy(update={"seen": seen})
             remaining = deadline - time.monotonic()
@@ -118,6 +120,16 @@ def wait_for_image(
                 break
             time.sleep(compute_sleep(_delay(requirement, attempt), remaining))
     raise _not_ready(requirement, seen, deadline_at)
+
+
+def _report(
+    requirement: ImageRequirement,
+    sighting: Sighting,
+    on_seen: Callable[[Sighting], None] | None,
+) -> None:
+    logger.info("image %s at %s: %s", requirement.image, sighting.digest, sighting.reason)
+    if on_seen is not None:
+        on_seen(sighting)
 
 
 def _delay(requirement: ImageRequirement, attempt: int) -> float:
