@@ -13,9 +13,10 @@ import pytest
 from sandbox.certs import Pki, ensure_pki
 from sandbox.kubelet.runtime import ContainerRuntime, PodTable, RunningPod
 from sandbox.kubelet.server import RunningServer, start_server
-from tests.kubelet_server.webproc import http_process
+from tests.kubelet_server.webproc import echo_process, http_process
 
 NAMESPACE, POD, CONTAINER, UID, CONTAINER_PORT = "ns1", "web", "web", "uid-1", 8080
+ECHO_PORT = 7000
 PAGE = b"hello from the pod\n"
 
 
@@ -26,6 +27,7 @@ class Kubelet:
     pki: Pki
     log: Path
     backend_port: int
+    echo_port: int
 
     @property
     def base(self) -> str:
@@ -41,7 +43,7 @@ class Kubelet:
         container = ContainerRuntime(
             log_path=log or self.log,
             previous_log_path=None,
-            ports={CONTAINER_PORT: self.backend_port},
+            ports={CONTAINER_PORT: self.backend_port, ECHO_PORT: self.echo_port},
             running=running,
         )
         entry = RunningPod(UID, pod_ip="10.244.0.9", node="n1", containers={CONTAINER: container})
@@ -53,19 +55,27 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
     return ensure_pki(tmp_path_factory.mktemp("pki"))
 
 
-@pytest.fixture
-def kubelet(pki: Pki, tmp_path: Path) -> Iterator[Kubelet]:
-    site = tmp_path / "site"
+@pytest.fixture(scope="module")
+def running_kubelet(pki: Pki, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kubelet]:
+    base = tmp_path_factory.mktemp("kubelet-server")
+    site = base / "site"
     site.mkdir()
     (site / "hello.txt").write_bytes(PAGE)
-    log = tmp_path / "container.log"
-    log.write_bytes(b"line 1\nline 2\nline 3\n")
-    with http_process(site, tmp_path / "http.log") as port:
-        table = PodTable(tmp_path / "pod-ports.json")
+    with (
+        http_process(site, base / "http.log") as port,
+        echo_process(base / "echo.log") as echo,
+    ):
+        table = PodTable(base / "pod-ports.json")
         server = start_server(table, pki=pki)
-        kubelet = Kubelet(table, server, pki, log, port)
-        kubelet.put()
         try:
-            yield kubelet
+            yield Kubelet(table, server, pki, base / "container.log", port, echo)
         finally:
             server.stop()
+
+
+@pytest.fixture
+def kubelet(running_kubelet: Kubelet) -> Kubelet:
+    """The module's server, its pod entry and container log reset for each test."""
+    running_kubelet.log.write_bytes(b"line 1\nline 2\nline 3\n")
+    running_kubelet.put()
+    return running_kubelet

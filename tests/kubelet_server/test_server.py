@@ -1,8 +1,9 @@
 """The kubelet's HTTPS API answered on its own (no apiserver): a CA-signed client
 certificate is required; containerLogs and portForward answer with the 1.20 kubelet's
 status codes and texts; a WebSocket port-forward announces each port on both of its
-channels, reaches the container's 127.0.0.1 port, reports an unreachable port on the
-error channel, and closes once the container side has closed."""
+channels, reaches the container's 127.0.0.1 ports with every byte intact both ways,
+reports an unreachable port on the error channel, and closes once the container side
+has closed."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import httpx
 import pytest
 import websocket
 
-from tests.kubelet_server.conftest import CONTAINER_PORT, NAMESPACE, PAGE, POD, Kubelet
+from tests.kubelet_server.conftest import CONTAINER_PORT, ECHO_PORT, NAMESPACE, PAGE, POD, Kubelet
 
 
 def _get(kubelet: Kubelet, path: str) -> httpx.Response:
@@ -125,6 +126,21 @@ def test_websocket_forward_reaches_the_container(kubelet: Kubelet) -> None:
     body = b"".join(data for channel, data in frames if channel == 0)
     assert body.startswith(b"HTTP/1.0 200") and body.endswith(PAGE)
     assert not [data for channel, data in frames if channel == 1]
+
+
+def test_websocket_forward_carries_large_payloads_both_ways(kubelet: Kubelet) -> None:
+    ws = _connect(kubelet, f"port={CONTAINER_PORT},{ECHO_PORT}", ["v4.channel.k8s.io"])
+    assert sorted(ws.recv_data()[1][0] for _ in range(4)) == [0, 1, 2, 3]
+    payload = bytes(range(256)) * 8192  # 2 MiB, sent in 64 KiB messages on channel 2
+    for offset in range(0, len(payload), 65536):
+        ws.send_binary(b"\2" + payload[offset : offset + 65536])
+    echoed = b""
+    while len(echoed) < len(payload):
+        _, data = ws.recv_data()
+        assert data[0] == 2, f"unexpected message on channel {data[0]}: {data[1:200]!r}"
+        echoed += data[1:]
+    assert echoed == payload
+    ws.close()
 
 
 def test_websocket_unserved_port_is_reported_on_the_error_channel(kubelet: Kubelet) -> None:
