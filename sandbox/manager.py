@@ -7,13 +7,18 @@ processes recorded in the state file and is harmless when nothing runs.
 
 from __future__ import annotations
 
+import base64
 import shutil
 import sys
 import time
 from pathlib import Path
 
+import yaml
+
 from sandbox import controlplane, prefect_server, procs
+from sandbox.certs import ensure_pki
 from sandbox.cluster import DEFAULT_CLUSTER_FILE
+from sandbox.kubelet import launch
 from sandbox.registry import Registry
 from sandbox.state import SandboxState, locked, read_state, state_file, write_state
 
@@ -25,11 +30,17 @@ class SandboxError(RuntimeError):
 
 
 def up(
-    run_dir: Path, *, extra_args: dict[str, list[str]] | None = None
+    run_dir: Path,
+    *,
+    attach: Path | None = None,
+    cluster_file: Path = DEFAULT_CLUSTER_FILE,
+    extra_args: dict[str, list[str]] | None = None,
 ) -> tuple[SandboxState, bool]:
     """Ensure a sandbox runs in run_dir; return (state, started_now).
 
-    extra_args adds command-line flags per control-plane component name.
+    attach: run the simulated nodes, proxy, registry and Prefect against the
+    control plane of this kubeconfig instead of starting one. extra_args adds
+    command-line flags per control-plane component name.
     """
     with locked(run_dir):
         state = read_state(run_dir)
@@ -38,12 +49,9 @@ def up(
         if state is not None:
             _stop_all(state)
         _clean(run_dir)
-        plane = controlplane.start(run_dir, extra_args)
-        state = SandboxState(
-            run_dir=run_dir, kubeconfig=plane.kubeconfig, server=plane.server, control_plane=plane
-        )
+        state = _attached(run_dir, attach) if attach else _own_control_plane(run_dir, extra_args)
         try:
-            _start_components(state)
+            _start_components(state, cluster_file)
         except BaseException:
             _stop_all(state)
             raise
@@ -51,8 +59,31 @@ def up(
         return state, True
 
 
-def _start_components(state: SandboxState, cluster_file: Path = DEFAULT_CLUSTER_FILE) -> None:
-    """Start what runs beside the control plane: registry, kubelet, service proxy.
+def _own_control_plane(run_dir: Path, extra_args: dict[str, list[str]] | None) -> SandboxState:
+    plane = controlplane.start(run_dir, extra_args)
+    return SandboxState(
+        run_dir=run_dir, kubeconfig=plane.kubeconfig, server=plane.server, control_plane=plane
+    )
+
+
+def _attached(run_dir: Path, kubeconfig: Path) -> SandboxState:
+    """State for an existing control plane: its kubeconfig serves every component, and
+    the kubelet accepts the apiserver's client certificate signed by the cluster's CA."""
+    config = yaml.safe_load(kubeconfig.read_text())
+    context = next(
+        c["context"] for c in config["contexts"] if c["name"] == config["current-context"]
+    )
+    cluster = next(c["cluster"] for c in config["clusters"] if c["name"] == context["cluster"])
+    pki = ensure_pki(run_dir / "pki")
+    if "certificate-authority-data" in cluster:
+        pki.ca_crt.write_bytes(base64.b64decode(cluster["certificate-authority-data"]))
+    elif "certificate-authority" in cluster:
+        pki.ca_crt.write_bytes(Path(cluster["certificate-authority"]).read_bytes())
+    return SandboxState(run_dir=run_dir, kubeconfig=kubeconfig.resolve(), server=cluster["server"])
+
+
+def _start_components(state: SandboxState, cluster_file: Path) -> None:
+    """Start what runs beside the control plane: Prefect, registry, kubelet, service proxy.
 
     Each is recorded in `state` as soon as it is spawned, so a failure later in
     start-up still stops it.
@@ -63,28 +94,28 @@ def _start_components(state: SandboxState, cluster_file: Path = DEFAULT_CLUSTER_
     state.components.append(registry.process)
     state.registry_url = registry.url
     kubeconfig = state.run_dir / "etc" / "kubelet.kubeconfig"
-    if not kubeconfig.exists():  # attached: the given kubeconfig serves every component
+    if state.control_plane is None:
         kubeconfig = state.kubeconfig
-    python = [sys.executable, "-m"]
-    common = ["--run-dir", str(state.run_dir), "--kubeconfig", str(kubeconfig)]
-    kubelet = procs.spawn(
-        "kubelet",
-        [
-            *python,
-            "sandbox.kubelet",
-            *common,
-            "--cluster",
-            str(cluster_file),
-            "--registry",
-            registry.url,
-        ],
-        state.run_dir / "logs" / "kubelet.log",
+    state.components.append(
+        launch.start(
+            run_dir=state.run_dir,
+            kubeconfig=kubeconfig,
+            cluster=cluster_file,
+            registry_url=registry.url,
+            pki=state.run_dir / "pki",
+        )
     )
-    state.components.append(kubelet)
-    _wait_file(kubelet, state.run_dir / "kubelet" / "ready.json")
     proxy = procs.spawn(
         "service-proxy",
-        [*python, "sandbox.proxy", *common],
+        [
+            sys.executable,
+            "-m",
+            "sandbox.proxy",
+            "--run-dir",
+            str(state.run_dir),
+            "--kubeconfig",
+            str(kubeconfig),
+        ],
         state.run_dir / "logs" / "service-proxy.log",
     )
     state.components.append(proxy)

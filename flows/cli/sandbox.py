@@ -31,14 +31,23 @@ def _run_dir(run_dir: Path | None) -> Path:
 
 
 @app.command()
-def up(run_dir: RunDir = None) -> None:
+def up(
+    run_dir: RunDir = None,
+    attach: Annotated[
+        Path | None,
+        typer.Option(
+            "--attach",
+            help="Run the simulated nodes, proxy, registry and Prefect "
+            "against this kubeconfig's control plane instead of starting one.",
+        ),
+    ] = None,
+) -> None:
     """Start the sandbox (harmless when it already runs) and print its kubeconfig."""
     from sandbox import manager
-    from sandbox.controlplane import ControlPlaneError
 
     try:
-        state, started = manager.up(_run_dir(run_dir))
-    except (ControlPlaneError, manager.SandboxError, FileNotFoundError) as exc:
+        state, started = manager.up(_run_dir(run_dir), attach=attach)
+    except (RuntimeError, FileNotFoundError) as exc:
         console.print(f"[red]sandbox up failed:[/red] {exc}")
         raise typer.Exit(2) from None
     console.print("sandbox started" if started else "sandbox already running")
@@ -66,11 +75,40 @@ def status(run_dir: RunDir = None) -> None:
     console.print(f"kubeconfig: {state.kubeconfig}")
     if state.registry_url:
         console.print(f"registry: {state.registry_url}")
+    if state.prefect_api_url:
+        console.print(f"Prefect UI: {state.prefect_api_url.removesuffix('/api')}")
+    _print_services(state.run_dir)
     if state.dead_processes():
         console.print(
             "[yellow]some processes are gone: run `handoff sandbox up` to restart[/yellow]"
         )
         raise typer.Exit(1)
+
+
+def _print_services(run_dir: Path) -> None:
+    from sandbox.proxy import read_addresses
+
+    addresses = read_addresses(run_dir)
+    if not addresses:
+        return
+    table = Table("namespace", "service", "port", "reach it at")
+    for a in addresses:
+        table.add_row(a.namespace, a.service, str(a.port), f"http://{a.address}")
+    console.print(table)
+
+
+@app.command()
+def env(run_dir: RunDir = None) -> None:
+    """Print shell exports for the running sandbox: `eval "$(handoff sandbox env)"`."""
+    from sandbox import manager
+
+    state = manager.status(_run_dir(run_dir))
+    if state is None:
+        console.print("sandbox is not running: `handoff sandbox up`", style="red")
+        raise typer.Exit(1)
+    typer.echo(f"export KUBECONFIG={state.kubeconfig}")
+    if state.prefect_api_url:
+        typer.echo(f"export PREFECT_API_URL={state.prefect_api_url}")
 
 
 @app.command()
