@@ -82,7 +82,9 @@ def compare_outputs(
         candidate_model=candidate_model,
         candidate_url=candidate_url,
         prompts=[
-            compare_completion(g, by_id[g.prompt_id], top_k=tolerances.top_k)
+            compare_completion(
+                g, by_id[g.prompt_id], top_k=tolerances.top_k, max_gap=tolerances.near_tie_max_gap
+            )
             for g in reference.completions
         ],
         teacher_forced=compare_teacher_forced(reference.reference, candidate.reference),
@@ -98,13 +100,15 @@ def compare_outputs(
 def _result(figures: ParityFigures, tolerances: ParityTolerances) -> ParityResult:
     findings = figures.failures(tolerances)
     divergences = [p.divergence.describe(p.prompt_id) for p in figures.prompts if p.divergence]
+    tokens = f"{figures.n_tokens_identical}/{figures.n_tokens_golden} golden tokens identical"
     if findings:
-        reason = f"{len(findings)} finding(s): " + "; ".join(findings[:3])
-    else:
+        diverged = sum(not p.passed for p in figures.prompts)
         reason = (
-            f"{figures.n_tokens_identical}/{figures.n_tokens_golden} golden tokens "
-            "identical; teacher-forced, probe and head checks within tolerance"
+            f"{diverged}/{len(figures.prompts)} prompts diverge beyond a near-tie, {tokens}; "
+            f"{len(findings)} finding(s): " + "; ".join(findings[:3])
         )
+    else:
+        reason = f"{tokens}; teacher-forced, probe and head checks within tolerance"
     return ParityResult(
         name="parity",
         passed=not findings,

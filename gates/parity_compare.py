@@ -1,7 +1,8 @@
 """Pure comparisons of a candidate's outputs with the golden ones (notes/gates.md, Parity).
 
-1. Greedy identity per prompt; at the first mismatch each side's token must be in the other's
-   top-k (a near-tie, as vLLM's `check_logprobs_close`); comparison stops there.
+1. Greedy identity per prompt; at the first mismatch the divergence must be a near-tie: each
+   side's token in the other's top-k (vLLM's `check_logprobs_close`) and within a small
+   logprob gap in both models; comparison stops there.
 2. Teacher-forced reference text: KL divergence, top-token agreement, perplexity ratio.
 3. Numeric probes within a relative tolerance; 4. head answers exactly equal.
 """
@@ -11,7 +12,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from gates.golden_format import Completion, TokenStep
 
@@ -19,19 +20,23 @@ PROBABILITY_FLOOR = 1e-12
 
 
 class Divergence(BaseModel):
+    """The first position where the candidate's greedy token differs from the golden's."""
+
     position: int
-    golden_token: int | None
-    candidate_token: int | None
+    golden_token: int | None = Field(description="None: the golden output ended here")
+    candidate_token: int | None = Field(description="None: the candidate output ended here")
     golden_piece: str | None = None
     candidate_piece: str | None = None
     golden_logprob: float | None = None
     candidate_logprob: float | None = None
-    golden_in_candidate_top_k: bool
-    candidate_in_golden_top_k: bool
-
-    @property
-    def is_near_tie(self) -> bool:
-        return self.golden_in_candidate_top_k and self.candidate_in_golden_top_k
+    golden_gap: float | None = Field(
+        None, description="nats the golden preferred its token by; None: other not listed"
+    )
+    candidate_gap: float | None = Field(
+        None, description="nats the candidate preferred its token by; None: other not listed"
+    )
+    in_each_others_top_k: bool = False
+    near_tie: bool = False
 
     def describe(self, prompt_id: str) -> str:
         def side(token: int | None, piece: str | None, logprob: float | None) -> str:
@@ -40,13 +45,23 @@ class Divergence(BaseModel):
             lp = "" if logprob is None else f", logprob {logprob:.3f}"
             return f"token {token}" + (f" {piece!r}" if piece is not None else "") + lp
 
-        kind = "near-tie" if self.is_near_tie else "not in each other's top-k"
         return (
             f"prompt {prompt_id}: first divergence at position {self.position}: golden "
             f"{side(self.golden_token, self.golden_piece, self.golden_logprob)} vs candidate "
             f"{side(self.candidate_token, self.candidate_piece, self.candidate_logprob)} "
-            f"({kind})"
+            f"({self._kind()})"
         )
+
+    def _kind(self) -> str:
+        if self.near_tie:
+            return "near-tie"
+        if not self.in_each_others_top_k:
+            return "not in each other's top-k"
+        return f"preferred by {_nats(self.golden_gap)} and {_nats(self.candidate_gap)} nats"
+
+
+def _nats(gap: float | None) -> str:
+    return "?" if gap is None else f"{gap:.3f}"
 
 
 class PromptParity(BaseModel):
@@ -57,39 +72,58 @@ class PromptParity(BaseModel):
 
     @property
     def passed(self) -> bool:
-        return self.divergence is None or self.divergence.is_near_tie
+        return self.divergence is None or self.divergence.near_tie
 
 
-def compare_completion(golden: Completion, candidate: Completion, *, top_k: int) -> PromptParity:
-    """Greedy identity, then the top-k rule at the first mismatch."""
+def compare_completion(
+    golden: Completion, candidate: Completion, *, top_k: int, max_gap: float
+) -> PromptParity:
+    """Greedy identity; at the first mismatch, the near-tie rule (see `divergence_at`)."""
     g_steps, c_steps = golden.steps, candidate.steps
-    position = next(
-        (
-            i
-            for i, (g, c) in enumerate(zip(g_steps, c_steps, strict=False))
-            if g.token_id != c.token_id
-        ),
-        min(len(g_steps), len(c_steps)),
-    )
+    pairs = enumerate(zip(g_steps, c_steps, strict=False))
+    shorter = min(len(g_steps), len(c_steps))
+    position = next((i for i, (g, c) in pairs if g.token_id != c.token_id), shorter)
     head = {"prompt_id": golden.prompt_id, "n_golden_tokens": len(g_steps), "n_identical": position}
     if position == len(g_steps) == len(c_steps):
         return PromptParity(**head, divergence=None)
     g = g_steps[position] if position < len(g_steps) else None
     c = c_steps[position] if position < len(c_steps) else None
     return PromptParity(
-        **head,
-        divergence=Divergence(
-            position=position,
-            golden_token=g and g.token_id,
-            candidate_token=c and c.token_id,
-            golden_piece=g and g.piece,
-            candidate_piece=c and c.piece,
-            golden_logprob=g and g.logprob,
-            candidate_logprob=c and c.logprob,
-            golden_in_candidate_top_k=bool(g and c and g.token_id in _top(c, top_k)),
-            candidate_in_golden_top_k=bool(g and c and c.token_id in _top(g, top_k)),
-        ),
+        **head, divergence=divergence_at(position, g, c, top_k=top_k, max_gap=max_gap)
     )
+
+
+def divergence_at(
+    position: int, g: TokenStep | None, c: TokenStep | None, *, top_k: int, max_gap: float
+) -> Divergence:
+    """A near-tie needs each token in the other's top-k (vLLM's rule) and both models nearly
+    indifferent (each preferred its own token by at most `max_gap` nats): numeric noise flips
+    only near-equal choices, while on a flat distribution top-k membership alone admits any
+    swap."""
+    if g is None or c is None:  # one output ended early: no tie to judge
+        return Divergence(
+            position=position, golden_token=g and g.token_id, candidate_token=c and c.token_id
+        )
+    in_top = g.token_id in _top(c, top_k) and c.token_id in _top(g, top_k)
+    golden_gap, candidate_gap = _gap(g, c.token_id), _gap(c, g.token_id)
+    gaps = [gap for gap in (golden_gap, candidate_gap) if gap is not None]
+    return Divergence(
+        position=position,
+        golden_token=g.token_id,
+        candidate_token=c.token_id,
+        golden_piece=g.piece,
+        candidate_piece=c.piece,
+        golden_logprob=g.logprob,
+        candidate_logprob=c.logprob,
+        golden_gap=golden_gap,
+        candidate_gap=candidate_gap,
+        in_each_others_top_k=in_top,
+        near_tie=in_top and len(gaps) == 2 and max(gaps) <= max_gap,
+    )
+
+
+def _gap(step: TokenStep, other: int) -> float | None:
+    return None if other not in step.top else step.logprob - step.top[other]
 
 
 def _top(step: TokenStep, k: int) -> set[int]:

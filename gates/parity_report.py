@@ -9,6 +9,10 @@ from gates.result import Figures
 from gates.settings import ParityTolerances
 
 MAX_DIVERGENCE_ROWS = 20
+DIVERGENCE_HEADER = (
+    "| prompt | position | golden token | candidate token | preferred by (nats), golden / "
+    "candidate | near-tie |"
+)
 
 
 class ParityFigures(Figures):
@@ -81,18 +85,15 @@ class ParityFigures(Figures):
         rows = [p for p in self.prompts if p.divergence][:MAX_DIVERGENCE_ROWS]
         if not rows:
             return []
-        out = [
-            "",
-            "| prompt | position | golden token | candidate token | near-tie |",
-            "|---|---|---|---|---|",
-        ]
+        out = ["", DIVERGENCE_HEADER, "|---|---|---|---|---|---|"]
         for p in rows:
             d = p.divergence
             assert d is not None
             out.append(
                 f"| {p.prompt_id} | {d.position} | {d.golden_token} {d.golden_piece!r} "
                 f"({_lp(d.golden_logprob)}) | {d.candidate_token} {d.candidate_piece!r} "
-                f"({_lp(d.candidate_logprob)}) | {'yes' if d.is_near_tie else 'no'} |"
+                f"({_lp(d.candidate_logprob)}) | {_gap(d.golden_gap)} / {_gap(d.candidate_gap)} "
+                f"| {'yes' if d.near_tie else 'no'} |"
             )
         return out
 
@@ -123,6 +124,10 @@ class ParityFigures(Figures):
 
 def _lp(logprob: float | None) -> str:
     return "n/a" if logprob is None else f"logprob {logprob:.3f}"
+
+
+def _gap(gap: float | None) -> str:
+    return "not listed" if gap is None else f"{gap:.3f}"
 
 
 def _ok(passed: bool) -> str:

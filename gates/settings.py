@@ -73,7 +73,12 @@ class ParityTolerances(_Settings):
     """Limits of the parity gate (notes/gates.md, Parity)."""
 
     top_k: int = Field(
-        5, description="a divergence is a near-tie if each token is in the other's top-k"
+        5, description="a near-tie needs each token in the other's top-k (vLLM's rule)"
+    )
+    near_tie_max_gap: float = Field(
+        0.1,
+        description="a divergence is a near-tie only if both models preferred their own token "
+        "by at most this many nats (fp16 noise flips only near-equal choices)",
     )
     probe_rel_tol: float = Field(1e-2, description="2e-3 for fp32 candidates, 1e-2 for half")
     kl_mean_max: float = Field(1e-3, description="teacher-forced mean KL (nats) over top-k")

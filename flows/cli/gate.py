@@ -60,6 +60,9 @@ def parity(
     golden: Annotated[Path, typer.Option(help="golden file from `handoff golden record`")],
     model: Annotated[str | None, typer.Option(help="model id (default: the golden's)")] = None,
     top_k: Annotated[int, typer.Option(help="near-tie rule: each token in the other's top-k")] = 5,
+    near_tie_max_gap: Annotated[
+        float, typer.Option(help="near-tie rule: each side preferred its token by ≤ this (nats)")
+    ] = 0.1,
     probe_rel_tol: Annotated[float, typer.Option(help="relative tolerance of probes")] = 1e-2,
     as_json: JsonOption = False,
 ) -> None:
@@ -73,7 +76,9 @@ def parity(
         reference = Golden.load(golden)
     except GoldenError as exc:
         _fail_with_error(str(exc))
-    tolerances = ParityTolerances(top_k=top_k, probe_rel_tol=probe_rel_tol)
+    tolerances = ParityTolerances(
+        top_k=top_k, near_tie_max_gap=near_tie_max_gap, probe_rel_tol=probe_rel_tol
+    )
     _emit(run_parity(url, reference, tolerances, model_id=model), as_json=as_json)
 
 

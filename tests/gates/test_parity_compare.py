@@ -25,6 +25,9 @@ A, B, C, D = 97, 98, 99, 100
 CONFIDENT_A = {A: -0.01, C: -5.0, D: -6.0}
 TIE_A = {A: -0.69, B: -0.70}
 TIE_B = {B: -0.69, A: -0.70}
+# both tokens in each other's top-k, but each model clearly preferred its own (flat, shifted)
+FLAT_A = {A: -0.9, B: -1.6, C: -2.0, D: -2.1}
+FLAT_B = {B: -0.9, A: -1.5, C: -2.0, D: -2.1}
 
 
 def completion(*steps: TokenStep) -> Completion:
@@ -42,6 +45,7 @@ COMPLETION_CASES = [
         True,
     ),
     ("confident token lost at 0", [step(A, CONFIDENT_A)], [step(B, {B: -0.01, D: -6.0})], 0, False),
+    ("swap inside top-k but 0.6-0.7 nats apart", [step(A, FLAT_A)], [step(B, FLAT_B)], 0, False),
     ("candidate stops early", [step(A, CONFIDENT_A)] * 2, [step(A, CONFIDENT_A)], 1, False),
 ]
 
@@ -54,23 +58,38 @@ def test_greedy_identity_and_top_k_rule(
     position: int | None,
     passes: bool,
 ) -> None:
-    result = compare_completion(completion(*golden), completion(*candidate), top_k=5)
+    result = compare_completion(completion(*golden), completion(*candidate), top_k=5, max_gap=0.1)
     assert result.passed is passes, name
     assert (result.divergence and result.divergence.position) == position
 
 
 def test_divergence_report_names_both_tokens() -> None:
     result = compare_completion(
-        completion(step(A, CONFIDENT_A)), completion(step(B, {B: -0.01, D: -6.0})), top_k=5
+        completion(step(A, CONFIDENT_A)),
+        completion(step(B, {B: -0.01, D: -6.0})),
+        top_k=5,
+        max_gap=0.1,
     )
     text = result.divergence.describe("p1")
     assert "position 0" in text and "token 97 'a'" in text and "token 98 'b'" in text
     assert "not in each other's top-k" in text
 
 
+def test_divergence_records_how_strongly_each_side_preferred_its_token() -> None:
+    result = compare_completion(
+        completion(step(A, FLAT_A)), completion(step(B, FLAT_B)), top_k=5, max_gap=0.1
+    )
+    d = result.divergence
+    assert d.in_each_others_top_k and not d.near_tie
+    assert (d.golden_gap, d.candidate_gap) == pytest.approx((0.7, 0.6))
+    assert "preferred by 0.700 and 0.600 nats" in d.describe("p1")
+
+
 def test_top_k_rule_uses_only_the_k_best() -> None:
     golden = {A: -0.1, C: -3.0, D: -4.0, B: -9.0}
-    result = compare_completion(completion(step(A, golden)), completion(step(B, TIE_B)), top_k=3)
+    result = compare_completion(
+        completion(step(A, golden)), completion(step(B, TIE_B)), top_k=3, max_gap=0.1
+    )
     assert not result.passed  # B is the golden's 4th choice
 
 
