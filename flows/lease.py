@@ -49,10 +49,12 @@ class ServiceLease:
         service: str,
         holder: str,
         *,
-        takeover_from: str | None = None,
+        wait_for: str | None = None,
     ) -> None:
+        """wait_for: the holder of an unfinished run of this handoff (from the ledger);
+        its Lease is waited out (it expires if that run died) instead of refused."""
         self.kube, self.namespace, self.name = kube, namespace, lease_name(service)
-        self.holder, self.takeover_from = holder, takeover_from
+        self.holder, self.wait_for = holder, wait_for
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._renew_loop, daemon=True, name=self.name)
 

@@ -76,6 +76,8 @@ def record(kube: Kube, spec: HandoffSpec, entry: HandoffRecord, ledger: Ledger |
             break
         except Conflict:
             continue
+    if entry.outcome == "rolled-back":
+        return  # the rollback announced itself, with its cause
     service = read.read_service(kube, spec.namespace, spec.service)
     message = (
         f"handoff {entry.handoff_id} ({entry.spec}): {entry.outcome}"
@@ -89,7 +91,7 @@ def record(kube: Kube, spec: HandoffSpec, entry: HandoffRecord, ledger: Ledger |
         kind="Service",
         name=spec.service,
         uid=service.uid,
-        reason=f"Handoff{entry.outcome.title().replace('-', '')}",
+        reason="HandoffCompleted" if entry.outcome == "done" else "HandoffStopped",
         message=message,
         warning=entry.outcome != "done",
     )

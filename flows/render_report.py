@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+from flows.capacity import Strategy
 from flows.gating import Evidence
 from flows.plan import Plan
 from flows.record import HandoffRecord
 
 
 def plan_markdown(plan: Plan) -> str:
+    candidate = (
+        "replaces the live Deployment in place"
+        if plan.strategy is Strategy.IN_PLACE and plan.candidate is None
+        else f"exists with {plan.candidate.replicas} replicas"
+        if plan.candidate
+        else "new Deployment"
+    )
     lines = [
         f"**Service** `{plan.namespace}/{plan.service.name}` selector `{plan.service.selector}` "
         f"ClusterIP `{plan.service.cluster_ip}`",
@@ -16,15 +24,14 @@ def plan_markdown(plan: Plan) -> str:
             f"`{d.name}` {d.ready_replicas}/{d.replicas} ready, {d.gpus_per_pod} GPU/pod"
             for d in plan.current
         ),
-        f"**Candidate:** {plan.gpus_per_pod} GPU/pod"
-        + (f", exists with {plan.candidate.replicas} replicas" if plan.candidate else ", new"),
+        f"**Candidate:** {plan.gpus_per_pod} GPU/pod, {candidate}",
         "**GPU ledger:** "
         + (
             ", ".join(f"{n.name} {n.free} free of {n.allocatable}" for n in plan.gpu)
             or "no GPU nodes"
         ),
         f"**Strategy:** {plan.strategy or 'refused'}",
-        *[f"- {reason}" for reason in plan.decision.reasons],
+        *[f"  - {reason}" for reason in plan.decision.reasons],
     ]
     if plan.downtime_bound_s is not None:
         lines.append(
@@ -38,12 +45,12 @@ def plan_markdown(plan: Plan) -> str:
         )
     lines.append("**Server-side dry-run:**")
     lines += [
-        f"- {'ok' if d.ok else 'FAILED'}: {d.write}" + (f" ({d.detail})" if d.detail else "")
+        f"  - {'ok' if d.ok else 'FAILED'}: {d.write}" + (f" ({d.detail})" if d.detail else "")
         for d in plan.dry_runs
-    ] or ["- (not attempted: refused)"]
+    ] or ["  - (not attempted: refused)"]
     if plan.refused:
         lines.append(f"**Refused:** {plan.refused}")
-    return "\n".join(lines)
+    return "\n".join(line if line.startswith("  - ") else f"- {line}" for line in lines)
 
 
 def record_markdown(entry: HandoffRecord, evidence: Evidence | None) -> str:

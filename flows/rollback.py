@@ -13,8 +13,7 @@ from __future__ import annotations
 from flows.errors import HandoffError
 from flows.kube import read, write
 from flows.kube.client import Kube
-from flows.kube.objects import PodSnapshot, owned_by_deployment
-from flows.kube.wait import wait_pods
+from flows.kube.wait import wait_rolled_out
 from flows.ledger import TERMINAL, Ledger, Phase, WorkloadSnapshot
 from flows.progress import read_ledger, save_ledger
 from flows.spec import HandoffSpec
@@ -67,24 +66,10 @@ def _restore_workload(
         )
     elif current.replicas != workload.replicas:
         write.scale_deployment(kube, spec.namespace, workload.name, workload.replicas)
-    if workload.replicas == 0:
-        return
     try:
-        wait_pods(
-            kube,
-            spec.namespace,
-            current.selector,
-            decide=lambda pods: _ready_owned(pods, workload.name, workload.replicas),
-            deadline_s=RESTORE_S,
-            what=f"{workload.replicas} Ready pod(s) of {workload.name}",
-        )
+        wait_rolled_out(kube, spec.namespace, workload.name, deadline_s=RESTORE_S)
     except HandoffError as exc:
         problems.append(str(exc))
-
-
-def _ready_owned(pods: list[PodSnapshot], name: str, want: int) -> bool | None:
-    ready = [p for p in pods if owned_by_deployment(p, name) and p.ready and not p.terminating]
-    return True if len(ready) >= want else None
 
 
 def _restore_selector(kube: Kube, spec: HandoffSpec, ledger: Ledger) -> None:

@@ -36,6 +36,7 @@ class DeploymentSnapshot(_Snapshot):
     replicas: int
     ready_replicas: int
     updated_replicas: int
+    total_replicas: int = Field(0, description="status.replicas: pods of every ReplicaSet")
     selector: dict[str, str]
     template_labels: dict[str, str]
     gpus_per_pod: int

@@ -47,6 +47,7 @@ def deployment_snapshot(raw: dict[str, Any]) -> DeploymentSnapshot:
         replicas=spec.get("replicas", 1),
         ready_replicas=status.get("readyReplicas", 0),
         updated_replicas=status.get("updatedReplicas", 0),
+        total_replicas=status.get("replicas", 0),
         selector=(spec.get("selector") or {}).get("matchLabels") or {},
         template_labels=spec["template"]["metadata"].get("labels") or {},
         gpus_per_pod=pod_spec_gpus(pod_spec),

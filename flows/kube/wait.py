@@ -16,7 +16,7 @@ from kubernetes.client.exceptions import ApiException
 
 from flows.errors import TransientError
 from flows.kube.client import Kube, mapped
-from flows.kube.objects import EndpointsSnapshot, PodSnapshot
+from flows.kube.objects import DeploymentSnapshot, EndpointsSnapshot, PodSnapshot
 from flows.kube.read import endpoints_snapshot, pod_snapshot
 
 T = TypeVar("T")
@@ -169,4 +169,34 @@ def _describe_pods(pods: dict[str, PodSnapshot]) -> str:
         f"{p.name} {p.phase}{' Ready' if p.ready else ''}"
         f"{' (' + ', '.join(p.waiting_reasons) + ')' if p.waiting_reasons else ''}"
         for p in pods.values()
+    )
+
+
+def wait_rolled_out(kube: Kube, namespace: str, name: str, *, deadline_s: float) -> None:
+    """Until the Deployment's controller has rolled out its current spec: observed the
+    latest generation, and every desired replica is updated and Ready (no old pods)."""
+    from flows.kube.read import deployment_snapshot
+
+    def done(items: list[DeploymentSnapshot]) -> bool | None:
+        d = items[0] if items else None
+        if d is None or d.observed_generation < d.generation:
+            return None
+        settled = d.updated_replicas == d.replicas == d.ready_replicas == d.total_replicas
+        return True if settled else None
+
+    watch_until(
+        kube,
+        kube.apps.list_namespaced_deployment,
+        namespace,
+        field_selector=f"metadata.name={name}",
+        snapshot=deployment_snapshot,
+        decide=done,
+        deadline_s=deadline_s,
+        what=f"Deployment {namespace}/{name} to roll out",
+        describe=lambda items: repr(
+            [
+                d.model_dump(include={"replicas", "ready_replicas", "updated_replicas"})
+                for d in items.values()
+            ]
+        ),
     )
