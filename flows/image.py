@@ -175,7 +175,11 @@ def _judge(
         rejected = Sighting(digest=info.digest, revision=revision, accepted=False, reason=str(exc))
         verdicts[info.digest] = rejected
         return rejected, None
-    reason = "contains " + ", ".join(f"{f.commit[:12]} ({f.found})" for f in pinned.fixes)
+    reason = (
+        "contains " + ", ".join(f"{f.commit[:12]} ({f.found})" for f in pinned.fixes)
+        if pinned.fixes
+        else f"revision {pinned.revision[:12]}; no fix required"
+    )
     return Sighting(digest=info.digest, revision=revision, accepted=True, reason=reason), pinned
 
 
