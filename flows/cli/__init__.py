@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import typer
 
-from flows.cli import demo, gate, golden, handoff, image, sandbox
+from flows.cli import demo, gate, golden, handoff, image, sandbox, webhook
 
 app = typer.Typer(
     name="handoff",
@@ -21,6 +21,7 @@ app.add_typer(sandbox.app, name="sandbox")
 app.add_typer(gate.app, name="gate")
 app.add_typer(golden.app, name="golden")
 app.add_typer(image.app, name="image")
+app.add_typer(webhook.app, name="webhook")
 for command in (
     demo.demo,
     handoff.plan,

@@ -1,0 +1,100 @@
+"""`handoff webhook serve`: the relay from a forge's merge webhooks to Prefect events.
+
+Point a Forgejo/Gitea/GitHub webhook (push and/or pull request events, JSON, with a
+secret) at `http://HOST:PORT/hooks/git`. The secret is read from the environment
+variable named by --secret-env, never from the command line (it would show in `ps`).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+app = typer.Typer(
+    help="Relay forge merge webhooks (HMAC-checked) to Prefect events that start handoffs.",
+    no_args_is_help=True,
+)
+console = Console(stderr=True)
+
+
+def _default_state_dir() -> Path:
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "handoff" / "webhook"
+
+
+@app.command()
+def serve(
+    secret_env: Annotated[
+        str, typer.Option("--secret-env", help="Environment variable holding the webhook secret.")
+    ],
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8787,
+    specs_dir: Annotated[
+        Path, typer.Option("--specs-dir", help="Directory of handoff specs (a git checkout).")
+    ] = Path("manifests/handoffs"),
+    repo_root: Annotated[
+        Path | None,
+        typer.Option("--repo-root", help="Repository root (default: the specs' git work tree)."),
+    ] = None,
+    branch: Annotated[
+        str | None,
+        typer.Option(help="Branch whose merges count (default: the repository's default)."),
+    ] = None,
+    state_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--state-dir",
+            help="Replay log and git mirrors (default ~/.local/state/handoff/webhook).",
+        ),
+    ] = None,
+    max_body_bytes: Annotated[
+        int, typer.Option("--max-body-bytes", help="Larger bodies get 413.")
+    ] = 5 * 1024 * 1024,
+    prefect_api_url: Annotated[
+        str | None,
+        typer.Option("--prefect-api-url", help="Prefect API (default: $PREFECT_API_URL)."),
+    ] = None,
+) -> None:
+    """Serve the relay until interrupted."""
+    import logging
+
+    import uvicorn
+
+    from flows.webhook.app import RelaySettings, create_app
+    from flows.webhook.specs import find_repo_root, index_specs
+
+    secret = os.environ.get(secret_env, "")
+    api = prefect_api_url or os.environ.get("PREFECT_API_URL", "")
+    if not secret:
+        console.print(f"[red]${secret_env} is empty or unset: export the webhook secret[/red]")
+        raise typer.Exit(2)
+    if not api:
+        console.print("[red]no Prefect API: pass --prefect-api-url or set PREFECT_API_URL[/red]")
+        raise typer.Exit(2)
+    if not specs_dir.is_dir():
+        console.print(f"[red]--specs-dir {specs_dir} is not a directory[/red]")
+        raise typer.Exit(2)
+    root = (repo_root or find_repo_root(specs_dir)).resolve()
+    settings = RelaySettings(
+        secret=secret.encode(),
+        specs_dir=specs_dir.resolve(),
+        repo_root=root,
+        prefect_api_url=api.rstrip("/"),
+        state_dir=(state_dir or _default_state_dir()).resolve(),
+        branch=branch,
+        max_body_bytes=max_body_bytes,
+    )
+    index = index_specs(settings.specs_dir, root)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    console.print(
+        f"relay on http://{host}:{port}/hooks/git → {settings.prefect_api_url}; "
+        f"{len(index.targets)} spec(s) under {root}: "
+        + ", ".join(f"{t.name} ({t.namespace}/{t.service})" for t in index.targets)
+    )
+    for error in index.errors:
+        console.print(f"[yellow]spec skipped: {error}[/yellow]")
+    uvicorn.run(create_app(settings), host=host, port=port, log_level="warning")

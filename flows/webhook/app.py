@@ -1,0 +1,177 @@
+"""The relay's ASGI app: POST /hooks/git takes a forge delivery, GET /healthz answers ok.
+
+Order of checks, each answering at once: body size (413), signature (401), JSON (400),
+event and delivery headers (400), payload shape (400), not a merge into the watched
+branch (200, ignored), delivery seen before (200, dropped), changed files → affected
+handoffs, each (spec, merge) relayed once, then one Prefect event per handoff (200).
+If Prefect cannot take the events the delivery is released and the answer is 503,
+so the forge's retry is not mistaken for a replay.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from flows.webhook.deliveries import DeliveryLog
+from flows.webhook.events import MergeEvent, PrefectApiError, build_event, emit_events
+from flows.webhook.mirror import MirrorError, changed_files
+from flows.webhook.payload import (
+    Merge,
+    NotAMerge,
+    PayloadError,
+    delivery_of,
+    forge_of,
+    parse_merge,
+)
+from flows.webhook.signature import check_signature
+from flows.webhook.specs import HandoffTarget, index_specs
+
+log = logging.getLogger("handoff.webhook")
+MAX_BODY_BYTES = 5 * 1024 * 1024
+
+
+class RelaySettings(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    secret: bytes
+    specs_dir: Path
+    repo_root: Path
+    prefect_api_url: str
+    state_dir: Path
+    branch: str | None = None  # None: each repository's default branch
+    max_body_bytes: int = MAX_BODY_BYTES
+
+
+def _reply(status: int, outcome: str, detail: str, **extra: Any) -> JSONResponse:
+    log.info("%s %s: %s", status, outcome, detail)
+    return JSONResponse({"outcome": outcome, "detail": detail, **extra}, status_code=status)
+
+
+async def _read_limited(request: Request, limit: int) -> bytes | None:
+    """The body, or None as soon as it is known to exceed limit bytes."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        return None
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            return None
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def create_app(settings: RelaySettings) -> Starlette:
+    deliveries = DeliveryLog(settings.state_dir / "deliveries.sqlite")
+
+    async def hook(request: Request) -> JSONResponse:
+        body = await _read_limited(request, settings.max_body_bytes)
+        if body is None:
+            return _reply(413, "too-large", f"body exceeds {settings.max_body_bytes} bytes")
+        refused = check_signature(settings.secret, body, request.headers)
+        if refused:
+            return _reply(401, "bad-signature", refused)
+        try:
+            data = json.loads(body)
+        except ValueError as exc:
+            return _reply(400, "malformed", f"body is not JSON: {exc}")
+        return await _relay(settings, deliveries, request, data)
+
+    async def healthz(_: Request) -> JSONResponse:
+        return JSONResponse({"ok": True})
+
+    return Starlette(
+        routes=[Route("/hooks/git", hook, methods=["POST"]), Route("/healthz", healthz)]
+    )
+
+
+async def _relay(
+    settings: RelaySettings, deliveries: DeliveryLog, request: Request, data: Any
+) -> JSONResponse:
+    forge, delivery = forge_of(request.headers), delivery_of(request.headers)
+    if forge is None or delivery is None:
+        return _reply(400, "malformed", "missing X-Forgejo/X-Gitea/X-GitHub Event or Delivery")
+    try:
+        merge = parse_merge(*forge, data, branch=settings.branch)
+    except PayloadError as exc:
+        return _reply(400, "malformed", str(exc), delivery=delivery)
+    if isinstance(merge, NotAMerge):
+        return _reply(200, "ignored", merge.reason, delivery=delivery)
+    if not deliveries.claim_delivery(delivery):
+        return _reply(200, "replayed", f"delivery {delivery} was relayed before", delivery=delivery)
+    try:
+        events = await run_in_threadpool(_events_for, settings, deliveries, merge, delivery)
+        if events:
+            await run_in_threadpool(emit_events, settings.prefect_api_url, events)
+    except (MirrorError, PrefectApiError) as exc:
+        deliveries.release(delivery)
+        return _reply(503 if isinstance(exc, PrefectApiError) else 502, "retry", str(exc))
+    handoffs = [e["payload"]["spec"] for e in events]
+    detail = f"merge {merge.merge_commit[:12]}: " + (
+        f"{len(events)} handoff(s) triggered" if events else "no handoff affected"
+    )
+    return _reply(
+        200,
+        "emitted" if events else "no-handoff",
+        detail,
+        delivery=delivery,
+        handoffs=handoffs,
+        events=[e["id"] for e in events],
+    )
+
+
+def _events_for(
+    settings: RelaySettings, deliveries: DeliveryLog, merge: Merge, delivery: str
+) -> list[dict[str, Any]]:
+    """One event per affected handoff this merge has not triggered before."""
+    changed = merge.changed
+    if changed is None:
+        changed = changed_files(settings.state_dir / "mirrors", merge)
+    index = index_specs(settings.specs_dir, settings.repo_root)
+    for error in index.errors:
+        log.warning("spec skipped: %s", error)
+    now = dt.datetime.now(dt.UTC)
+    return [
+        build_event(_merge_event(target, merge, delivery, changed), occurred=now)
+        for target in index.affected(changed)
+        if _first_time(deliveries, target, merge, delivery)
+    ]
+
+
+def _first_time(
+    deliveries: DeliveryLog, target: HandoffTarget, merge: Merge, delivery: str
+) -> bool:
+    earlier = deliveries.claim_merge(f"{target.name}@{merge.merge_commit}", delivery)
+    if earlier is not None:
+        log.info("%s: merge %s already relayed by %s", target.name, merge.merge_commit, earlier)
+    return earlier is None
+
+
+def _merge_event(
+    target: HandoffTarget, merge: Merge, delivery: str, changed: frozenset[str]
+) -> MergeEvent:
+    return MergeEvent(
+        spec=target.name,
+        spec_file=target.spec_file,
+        namespace=target.namespace,
+        service=target.service,
+        delivery_id=delivery,
+        merge_commit=merge.merge_commit,
+        merged_at=merge.merged_at,
+        repository=merge.repository,
+        branch=merge.branch,
+        source=merge.forge,
+        kind=merge.kind,
+        changed=sorted(target.paths & changed),
+    )
