@@ -22,6 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 LLM_SERVING = ROOT / "manifests" / "llm-serving"
 REAL_REGISTRY = "forgejo.riotpiao.com"
 ORG = "riotpiao-poimen"
+NAMESPACE = "llm-serving"
 BEFORE_FILES = (
     "namespace.yaml",
     "coder-service.yaml",
@@ -112,13 +113,14 @@ def publish_candle(world: World, *, delay_s: float = 0.0) -> str:
     )
 
 
-def before_state_documents(world: World) -> list[dict]:  # type: ignore[type-arg]
-    """The before-state manifests with their images pointed at the sandbox registry."""
+def before_state_documents(world: World, namespace: str = NAMESPACE) -> list[dict]:  # type: ignore[type-arg]
+    """The before-state manifests with their images pointed at the sandbox registry,
+    optionally moved to another namespace (its own PersistentVolume included)."""
     docs = []
     for name in BEFORE_FILES:
         for doc in yaml.safe_load_all((LLM_SERVING / name).read_text()):
             if doc:
-                docs.append(_override_images(doc, world))
+                docs.append(_in_namespace(_override_images(doc, world), namespace))
     return docs
 
 
@@ -126,4 +128,20 @@ def _override_images(doc: dict, world: World) -> dict:  # type: ignore[type-arg]
     if doc.get("kind") == "Deployment":
         for container in doc["spec"]["template"]["spec"]["containers"]:
             container["image"] = container["image"].replace(REAL_REGISTRY, world.registry_host, 1)
+    return doc
+
+
+def _in_namespace(doc: dict, namespace: str) -> dict:  # type: ignore[type-arg]
+    if namespace == NAMESPACE:
+        return doc
+    kind, meta = doc["kind"], doc["metadata"]
+    if kind == "Namespace":
+        meta["name"] = namespace
+    elif kind == "PersistentVolume":
+        meta["name"] = f"{meta['name']}-{namespace}"
+        doc["spec"]["claimRef"]["namespace"] = namespace
+    elif kind != "RuntimeClass":
+        meta["namespace"] = namespace
+    if kind == "PersistentVolumeClaim":
+        doc["spec"]["volumeName"] = f"{doc['spec']['volumeName']}-{namespace}"
     return doc
