@@ -42,6 +42,9 @@ class ModelRule(BaseModel):
     weights: str | None = None
     profile: str
     model_id: str | None = Field(default=None, description="served name, if not the profile's")
+    cold_start_s: float = Field(
+        default=0.0, ge=0, description="real start-up time before /health answers 200; scaled"
+    )
 
     def matches(self, server: str | None, words: str) -> bool:
         return self.server == server and (self.weights is None or self.weights in words)

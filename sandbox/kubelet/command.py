@@ -66,23 +66,17 @@ def server_argv(
             f"{server or 'absent'}) with command {words}: add a rule to the cluster "
             "description's models table"
         )
-    argv = [
-        sys.executable,
-        "-m",
-        SERVER_MODULE,
-        "--profile",
-        rule.profile,
-        "--port",
-        str(port),
-        "--time-scale",
-        str(cluster.time_scale),
-    ]
+    # No --time-scale: it would scale step times too, which stay as the seeds measured them.
+    argv = [sys.executable, "-m", SERVER_MODULE, "--profile", rule.profile, "--port", str(port)]
     model_id = served_model_name(words) or rule.model_id
     if model_id:
         argv += ["--model-id", model_id]
     faults = list(image.build.faults) if image.build else []
     if requests_gpu(container) and spec.runtime_class_name != GPU_RUNTIME_CLASS:
         faults.append("crash_on_start")
+    if rule.cold_start_s:
+        faults.append("slow_start")
+        argv += ["--slow-start-s", str(rule.cold_start_s * cluster.time_scale)]
     for fault in dict.fromkeys(faults):
         argv += ["--fault", fault]
     return argv

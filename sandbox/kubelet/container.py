@@ -57,11 +57,9 @@ class ContainerRunner:
         self._stage = Stage.PULLING
         self.state: Status = {"waiting": {"reason": "ContainerCreating"}}
         self.restart_count, self.last_state, self._has_run = restored_state(prior)
-        self._port = procs.free_port()
-        self._ports = {p.container_port: self._port for p in container.ports or []}
-        self._probes = ContainerProbes(
-            ctx, pod, container, pod_ip=pod_ip, local_port=self._port, wake=wake
-        )
+        self._port = 0  # each run listens on a fresh 127.0.0.1 port
+        self._ports: dict[int, int] = {}
+        self._probes = ContainerProbes(ctx, pod, container, pod_ip=pod_ip, wake=wake)
         self._backoff = Backoff.scaled(ctx.cluster.time_scale)
         self._run: ContainerRun | None = None
         self._restart_at = 0.0
@@ -105,6 +103,9 @@ class ContainerRunner:
             self.restart_count += 1
             self._backoff.record_attempt(now)
         self._has_run = True
+        # A fresh port per run: a port taken by another process fails one run, not all.
+        self._port = procs.free_port()
+        self._ports = {p.container_port: self._port for p in self._container.ports or []}
         argv = self._argv()
         if argv is None:
             return
@@ -119,7 +120,7 @@ class ContainerRunner:
             self._exited(now, terminated_state(128, started_at=started_at, container_id=""))
             return
         self._event("Started", f"Started container {self.name}")
-        self._run = ContainerRun(proc, self._probes, started_at=started_at)
+        self._run = ContainerRun(proc, self._probes, local_port=self._port, started_at=started_at)
         self._container_id = self._run.container_id
         self.state, self._stage = {"running": {"startedAt": started_at}}, Stage.RUNNING
 

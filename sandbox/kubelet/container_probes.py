@@ -25,17 +25,18 @@ class ContainerProbes:
         container: V1Container,
         *,
         pod_ip: str,
-        local_port: int,
         wake: Callable[[], None],
     ) -> None:
         self._ctx, self._pod, self._container = ctx, pod, container
-        self._pod_ip, self._local_port, self._wake = pod_ip, local_port, wake
+        self._pod_ip, self._wake = pod_ip, wake
+        self._local_port = 0
         self._workers: dict[ProbeKind, ProbeWorker] = {}
         self._started = threading.Event()
 
-    def start(self) -> None:
-        """Start the probes of a new run."""
+    def start(self, local_port: int) -> None:
+        """Start the probes of a new run, whose process listens on ``local_port``."""
         self.stop()
+        self._local_port = local_port
         self._started = threading.Event()
         specs = {
             ProbeKind.STARTUP: self._container.startup_probe,

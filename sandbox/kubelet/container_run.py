@@ -26,12 +26,14 @@ def terminated_state(code: int, *, started_at: str | None, container_id: str) ->
 
 
 class ContainerRun:
-    def __init__(self, proc: ContainerProcess, probes: ContainerProbes, *, started_at: str) -> None:
+    def __init__(
+        self, proc: ContainerProcess, probes: ContainerProbes, *, local_port: int, started_at: str
+    ) -> None:
         self.container_id = f"docker://{secrets.token_hex(32)}"
         self.started_at = started_at
         self._proc, self._probes = proc, probes
         self._kill_at: float | None = None
-        probes.start()
+        probes.start(local_port)
 
     @property
     def started(self) -> bool:

@@ -11,6 +11,7 @@ stops, the processes stop and the API is left as it is.
 from __future__ import annotations
 
 import logging
+import shutil
 import threading
 import time
 from collections.abc import Callable
@@ -36,6 +37,7 @@ class PodWorker:
         meta = pod.metadata
         self._ctx, self._pod, self._on_exit = ctx, pod, on_exit
         self.ref = PodRef(meta.namespace, meta.name, meta.uid, pod.spec.node_name)
+        self._log_root = ctx.pods_dir / f"{meta.namespace}_{meta.name}_{meta.uid}"
         self._wake = threading.Event()
         self._gone = False
         self._shutdown_grace: float | None = None
@@ -84,9 +86,12 @@ class PodWorker:
             for runner in runners:
                 runner.stop(time.monotonic(), 0)
         self._sync_until_stopped(runners, writer, pod_ip)
-        # Nothing of the pod runs any more: forget it before its object goes.
+        # Nothing of the pod runs any more: forget it and its logs before its object goes.
         self._ctx.table.remove(self.ref.namespace, self.ref.name, self.ref.uid)
-        if not self._gone and self._shutdown_grace is None:
+        if self._shutdown_grace is not None:
+            return  # the pod lives on; a restarted kubelet resumes it
+        shutil.rmtree(self._log_root, ignore_errors=True)
+        if not self._gone:
             writer.write(self._pod, runners)
             self._delete()
 
@@ -113,7 +118,7 @@ class PodWorker:
 
     def _runners(self, pod: V1Pod, pod_ip: str) -> list[ContainerRunner]:
         prior = {c.name: c for c in (pod.status and pod.status.container_statuses) or []}
-        root = self._ctx.pods_dir / f"{self.ref.namespace}_{self.ref.name}_{self.ref.uid}"
+        root = self._log_root
         return [
             ContainerRunner(
                 self._ctx,

@@ -139,3 +139,9 @@ def test_served_model_name_overrides_the_profile_id() -> None:
 def test_unknown_server_label_is_a_config_error() -> None:
     with pytest.raises(ContainerConfigError, match="models table"):
         _argv("tgi", ["--model", "x"])
+
+
+def test_cold_start_is_scaled_by_the_time_scale() -> None:
+    argv = _argv("clef-serve", ["--model", "/mnt/models/clef-flash"], gpus=1, runtime="nvidia")
+    assert _flag(argv, "--fault") == ["slow_start"]
+    assert float(_flag(argv, "--slow-start-s")[0]) == 240 * load_cluster().time_scale

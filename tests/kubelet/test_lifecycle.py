@@ -52,6 +52,8 @@ def test_deleting_pod_stops_its_process(
     assert not procs.is_alive(record)
     ports = json.loads((kubelet.run_dir / "pod-ports.json").read_text())
     assert pod.status.pod_ip not in ports
+    logs = kubelet.run_dir / "kubelet" / "pods"
+    assert not list(logs.glob(f"{namespace}_doomed_*")), "the pod's log directory outlived it"
 
 
 @dataclass
@@ -111,6 +113,7 @@ def test_stopped_kubelet_leaves_no_model_server(
     _wait_dead(process, server)
 
 
+@pytest.mark.slow
 def test_restarted_kubelet_restarts_its_pods_containers(
     core: client.CoreV1Api, namespace: str, own_kubelet: OwnKubelet, images: SandboxImages
 ) -> None:
