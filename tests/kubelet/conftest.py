@@ -37,6 +37,7 @@ class SandboxKubelet:
 class SandboxImages:
     cadence: str  # no server label: the default profile
     candle: str  # dev.handoff.sim.server=candle-vllm, no faults
+    clef_serve: str  # dev.handoff.sim.server=clef-serve: a cold start of 240 s x time_scale
 
 
 @pytest.fixture(scope="session")
@@ -64,12 +65,18 @@ def kubelet(sandbox, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandb
 
 @pytest.fixture(scope="session")
 def images(kubelet: SandboxKubelet) -> SandboxImages:
-    host = kubelet.registry_host
-    push_labelled_image(kubelet.registry_url, "kubelet-tests/cadence", "v1", None)
-    candle = SimBuild(server="candle-vllm")
-    push_labelled_image(kubelet.registry_url, "kubelet-tests/candle-vllm", "sm70", candle)
+    builds = {
+        "cadence": None,
+        "candle-vllm": SimBuild(server="candle-vllm"),
+        "clef-serve": SimBuild(server="clef-serve"),
+    }
+    for repository, build in builds.items():
+        push_labelled_image(kubelet.registry_url, f"kubelet-tests/{repository}", "v1", build)
+    prefix = f"{kubelet.registry_host}/kubelet-tests"
     return SandboxImages(
-        cadence=f"{host}/kubelet-tests/cadence:v1", candle=f"{host}/kubelet-tests/candle-vllm:sm70"
+        cadence=f"{prefix}/cadence:v1",
+        candle=f"{prefix}/candle-vllm:v1",
+        clef_serve=f"{prefix}/clef-serve:v1",
     )
 
 

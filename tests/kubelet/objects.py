@@ -25,12 +25,17 @@ def container(
     if gpus:
         body["resources"] = {"limits": {"nvidia.com/gpu": str(gpus)}}
     if readiness_path:
-        body["readinessProbe"] = {
-            "httpGet": {"path": readiness_path, "port": "http"},
-            "periodSeconds": 1,
-            "failureThreshold": 1,
-        }
+        body["readinessProbe"] = probe(readiness_path, failures=1)
     return body
+
+
+def probe(path: str, *, failures: int) -> Body:
+    """An HTTP probe on the named port, every second."""
+    return {
+        "httpGet": {"path": path, "port": "http"},
+        "periodSeconds": 1,
+        "failureThreshold": failures,
+    }
 
 
 def pod_spec(

@@ -6,12 +6,14 @@ and a fifth one-GPU pod on the four-GPU node stays Pending as Unschedulable."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from kubernetes import client
 
 from sandbox.kubelet.command import requests_gpu
 from tests.kubelet import objects
 from tests.kubelet.conftest import SandboxImages, SandboxKubelet
-from tests.kubelet.waits import wait_for, wait_pod, waiting_reason
+from tests.kubelet.waits import restart_count, wait_for, wait_pod, waiting_reason
 
 CUDA_PANIC = "Unable to dynamically load the cuda shared library"
 GPU_NODE = "worker-1"
@@ -117,12 +119,8 @@ def _run_until_waiting(
     )
 
 
-def _restarted(count: int):  # type: ignore[no-untyped-def]
-    def check(pod: client.V1Pod) -> bool:
-        statuses = pod.status.container_statuses or []
-        return bool(statuses) and statuses[0].restart_count >= count
-
-    return check
+def _restarted(count: int) -> Callable[[client.V1Pod], bool]:
+    return lambda pod: restart_count(pod) >= count
 
 
 def _unschedulable(pod: client.V1Pod) -> bool:

@@ -1,6 +1,8 @@
 """A pod of a known image runs like a real node's: the Deployment becomes Ready, the
 Endpoints list the pod's bookkeeping IP, the status carries what a kubelet writes, and
-the pod's port maps (pod-ports.json) to a 127.0.0.1 process that answers."""
+the pod's port maps (pod-ports.json) to a 127.0.0.1 process that answers. Probes act as
+a kubelet's do: a failing readiness probe keeps the pod unready, a failing liveness or
+startup probe restarts the container."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from kubernetes import client
 from sandbox.cluster import load_cluster
 from tests.kubelet import objects
 from tests.kubelet.conftest import SandboxImages, SandboxKubelet
-from tests.kubelet.waits import is_ready, wait_for
+from tests.kubelet.waits import is_ready, restart_count, wait_for, wait_pod
 
 
 def test_deployment_becomes_ready_and_listed_in_endpoints(
@@ -104,3 +106,31 @@ def test_failing_readiness_probe_keeps_pod_unready(
     ready = next(c for c in pod.status.conditions if c.type == "Ready")
     assert ready.reason == "ContainersNotReady"
     assert ready.message == "containers with unready status: [server]"
+
+
+def test_failing_liveness_and_startup_probes_restart_the_container(
+    core: client.CoreV1Api, namespace: str, images: SandboxImages
+) -> None:
+    """Liveness on a missing path, and a startup budget shorter than clef-serve's cold start."""
+    live = objects.container(images.cadence, readiness_path=None)
+    live["livenessProbe"] = objects.probe("/no-such-path", failures=2)
+    slow = objects.container(images.clef_serve, readiness_path=None)
+    slow["startupProbe"] = objects.probe("/health", failures=2)
+    for name, main in (("live", live), ("slow", slow)):
+        core.create_namespaced_pod(namespace, objects.pod(name, objects.pod_spec(main)))
+    for name, kind in (("live", "liveness"), ("slow", "startup")):
+        restarted = wait_pod(
+            core,
+            namespace,
+            name,
+            lambda p: restart_count(p) >= 1,
+            timeout_s=60,
+            what="restarted once",
+        )
+        assert restarted.status.container_statuses[0].last_state.terminated is not None
+        messages = [
+            e.message
+            for e in core.list_namespaced_event(namespace).items
+            if e.involved_object.name == name and e.reason == "Killing"
+        ]
+        assert f"Container server failed {kind} probe, will be restarted" in messages

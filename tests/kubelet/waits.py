@@ -82,6 +82,11 @@ def is_ready(pod: client.V1Pod) -> bool:
     return any(c.type == "Ready" and c.status == "True" for c in conditions)
 
 
+def restart_count(pod: client.V1Pod) -> int:
+    statuses = (pod.status and pod.status.container_statuses) or []
+    return statuses[0].restart_count if statuses else 0
+
+
 def waiting_reason(pod: client.V1Pod) -> str | None:
     statuses = (pod.status and pod.status.container_statuses) or []
     waiting = statuses[0].state.waiting if statuses and statuses[0].state else None
