@@ -39,8 +39,8 @@ class LatencySettings(_Settings):
     """Load shape and decision rules of the latency gate.
 
     Defaults finish in well under a minute against the simulated servers: per level and side,
-    3 rounds of max(concurrency, 3) requests of 32 tokens. p99 wants about 100 requests per
-    cell; raise `rounds` or `waves_per_round` where the time is available.
+    3 rounds of max(1, ceil(3 / concurrency)) waves of 32-token requests. p99 wants about 100
+    requests per cell; raise `rounds` or `waves_per_round` where the time is available.
     """
 
     levels: list[Annotated[int, Field(ge=1)]] = Field(
@@ -52,7 +52,7 @@ class LatencySettings(_Settings):
     seed: int = 0
     rounds: int = Field(3, ge=1, description="interleaved baseline/candidate rounds per level")
     waves_per_round: int = Field(1, ge=1, description="requests per stream in one round")
-    min_requests_per_round: int = Field(3, ge=1)
+    min_requests_per_round: int = Field(3, ge=1, description="rounded up to whole waves")
     warmup_requests_per_stream: int = Field(1, ge=0, description="excluded from the figures")
     read_timeout_s: float = Field(
         30.0, gt=0, description="a stream with no token event this long has failed"
@@ -66,7 +66,10 @@ class LatencySettings(_Settings):
     max_failed_fraction: float = Field(0.0, description="share of failed requests tolerated")
 
     def requests_per_round(self, concurrency: int) -> int:
-        return max(self.waves_per_round * concurrency, self.min_requests_per_round)
+        """Whole waves only: a partial last wave would run its requests under a lighter
+        load than the rest, mixing two conditions in one sample."""
+        waves = max(self.waves_per_round, -(-self.min_requests_per_round // concurrency))
+        return waves * concurrency
 
 
 class ParityTolerances(_Settings):

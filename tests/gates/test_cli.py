@@ -77,7 +77,7 @@ def test_missing_golden_file_is_an_error(tmp_path: Path) -> None:
 
 
 def test_latency_settings_file_and_json(model_server: StartServer, tmp_path: Path) -> None:
-    server = model_server("gptq-30b-a3b-tp1")
+    server = model_server("gptq-30b-a3b-tp1", "--time-scale", "0.5")
     settings = tmp_path / "latency.yaml"
     settings.write_text(
         "levels: [2]\nmax_tokens: 4\nrounds: 1\nmin_requests_per_round: 6\nslo: {tpot_ms: 1000}\n"

@@ -1,11 +1,12 @@
 """Baseline and candidate rounds alternate order (A B, B A, ...) so that drift on the machine
-falls on both sides alike, and every side runs once per round."""
+falls on both sides alike, every side runs once per round, and a round holds whole waves."""
 
 from __future__ import annotations
 
 import pytest
 
 from gates.latency import interleave
+from gates.settings import LatencySettings
 
 
 @pytest.mark.parametrize(
@@ -19,3 +20,12 @@ from gates.latency import interleave
 )
 def test_rounds_alternate(items: list[str], rounds: int, expected: list[tuple[int, str]]) -> None:
     assert interleave(items, rounds=rounds) == expected
+
+
+@pytest.mark.parametrize(
+    ("concurrency", "waves", "minimum", "expected"),
+    [(1, 1, 3, 3), (4, 1, 5, 8), (16, 1, 3, 16), (16, 2, 3, 32), (3, 1, 3, 3)],
+)
+def test_rounds_hold_whole_waves(concurrency: int, waves: int, minimum: int, expected: int) -> None:
+    settings = LatencySettings(waves_per_round=waves, min_requests_per_round=minimum)
+    assert settings.requests_per_round(concurrency) == expected

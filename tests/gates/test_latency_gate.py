@@ -13,9 +13,10 @@ from gates.settings import LatencySettings
 from tests.gates.conftest import StartServer
 
 PROFILE = "gptq-30b-a3b-tp1"
+HALF_TIME = ("--time-scale", "0.5")  # every simulated duration halved, for both sides alike
 SMALL = LatencySettings(
     levels=[1, 4],
-    max_tokens=8,
+    max_tokens=16,
     rounds=2,
     min_requests_per_round=4,
     bootstrap_resamples=500,
@@ -24,7 +25,8 @@ SMALL = LatencySettings(
 
 
 def test_identical_candidate_passes_repeatedly(model_server: StartServer) -> None:
-    baseline, candidate = model_server(PROFILE), model_server(PROFILE, "--model-id", "twin")
+    baseline = model_server(PROFILE, *HALF_TIME)
+    candidate = model_server(PROFILE, *HALF_TIME, "--model-id", "twin")
     for _ in range(3):
         result = run_latency(candidate.url, baseline.url, SMALL)
         assert result.passed, result.markdown()
@@ -34,18 +36,21 @@ def test_identical_candidate_passes_repeatedly(model_server: StartServer) -> Non
 
 
 def test_twenty_percent_slower_candidate_fails(model_server: StartServer) -> None:
-    baseline = model_server(PROFILE)
-    candidate = model_server(PROFILE, "--slowdown", "1.2")
+    baseline = model_server(PROFILE, *HALF_TIME)
+    candidate = model_server(PROFILE, *HALF_TIME, "--slowdown", "1.2")
     result = run_latency(candidate.url, baseline.url, SMALL)
     assert result.passed is False
-    for level in result.figures.levels:
-        tpot = next(c for c in level.comparisons if c.metric == "tpot")
-        assert tpot.outcome == "regressed", level.findings
-        assert tpot.ratio == pytest.approx(1.2, rel=0.05)
+    one, four = ({c.metric: c for c in level.comparisons} for level in result.figures.levels)
+    assert one["tpot"].outcome == "regressed"
+    assert one["tpot"].ratio == pytest.approx(1.2, rel=0.03)
+    # at 4 streams prefill steps interleave with decode, so per-request TPOT is bimodal and
+    # 8 requests a side pin its median loosely; closed-loop throughput still shows the loss
+    assert four["tpot"].ratio == pytest.approx(1.2, rel=0.1)
+    assert four["throughput"].outcome == "regressed"
 
 
 def test_stalled_streams_are_recorded_and_fail_the_gate(fresh_server: StartServer) -> None:
-    candidate = fresh_server(PROFILE, "--fault", "stall", "--stall-after-tokens", "3")
+    candidate = fresh_server(PROFILE, *HALF_TIME, "--fault", "stall", "--stall-after-tokens", "3")
     settings = SMALL.model_copy(
         update={"levels": [2], "rounds": 1, "read_timeout_s": 1.0, "warmup_requests_per_stream": 0}
     )
@@ -60,7 +65,7 @@ def test_stalled_streams_are_recorded_and_fail_the_gate(fresh_server: StartServe
 
 def test_no_baseline_and_no_slo_gives_no_verdict(model_server: StartServer) -> None:
     settings = SMALL.model_copy(update={"levels": [1], "rounds": 1})
-    result = run_latency(model_server(PROFILE).url, None, settings)
+    result = run_latency(model_server(PROFILE, *HALF_TIME).url, None, settings)
     assert result.passed is None
     assert result.figures.levels[0].candidate.little is not None
 
@@ -69,7 +74,7 @@ def test_no_baseline_and_no_slo_gives_no_verdict(model_server: StartServer) -> N
 def test_seed_shape_14b_loses_at_one_stream_and_wins_at_sixteen(
     model_server: StartServer,
 ) -> None:
-    gptq, dense = model_server(PROFILE), model_server("fp16-14b-tp2")
+    gptq, dense = model_server(PROFILE, *HALF_TIME), model_server("fp16-14b-tp2", *HALF_TIME)
     settings = LatencySettings(
         levels=[1, 16], max_tokens=16, rounds=2, min_requests_per_round=5, bootstrap_resamples=500
     )
