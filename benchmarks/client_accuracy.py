@@ -127,31 +127,35 @@ def print_table(rows: list[dict[str, float]]) -> None:
         )
 
 
+def run_levels(url: str, levels: list[int], args: argparse.Namespace) -> list[LevelRun]:
+    return [
+        asyncio.run(
+            measure(url, c, max_tokens=args.max_tokens, per_stream=args.requests_per_stream)
+        )
+        for c in levels
+    ]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--levels", default="1,16,64,256")
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--requests-per-stream", type=int, default=2)
+    parser.add_argument("--url", help="use this running cadence server instead of starting one")
+    parser.add_argument("--ground-truth", type=Path, help="its ground-truth file (with --url)")
     args = parser.parse_args()
     levels = [int(level) for level in args.levels.split(",")]
-    with tempfile.TemporaryDirectory() as workdir:
-        server = start_server("cadence", workdir=Path(workdir), ground_truth=True)
-        try:
-            runs = [
-                asyncio.run(
-                    measure(
-                        server.url,
-                        c,
-                        max_tokens=args.max_tokens,
-                        per_stream=args.requests_per_stream,
-                    )
-                )
-                for c in levels
-            ]
-        finally:
-            server.stop()
-        assert server.ground_truth is not None
-        truth = read_truth(server.ground_truth)
+    if args.url:
+        runs, truth = run_levels(args.url, levels, args), read_truth(args.ground_truth)
+    else:
+        with tempfile.TemporaryDirectory() as workdir:
+            server = start_server("cadence", workdir=Path(workdir), ground_truth=True)
+            try:
+                runs = run_levels(server.url, levels, args)
+            finally:
+                server.stop()
+            assert server.ground_truth is not None
+            truth = read_truth(server.ground_truth)
     print_table([summarise_level(level, truth) for level in runs])
 
 
