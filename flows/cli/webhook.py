@@ -90,6 +90,7 @@ def serve(
     )
     index = index_specs(settings.specs_dir, root)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)
     console.print(
         f"relay on http://{host}:{port}/hooks/git → {settings.prefect_api_url}; "
         f"{len(index.targets)} spec(s) under {root}: "

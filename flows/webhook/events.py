@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
+import time
 import uuid
 from typing import Any
 
@@ -142,6 +143,29 @@ def read_merge_events(api_url: str, *, namespace: str, service: str) -> list[Rec
     except httpx.HTTPError as exc:
         raise PrefectApiError(f"Prefect API {api_url} unreachable: {exc}") from exc
     return sorted(found, key=ReceivedMerge.order)
+
+
+def wait_visible(api_url: str, event_id: uuid.UUID, *, deadline_s: float = 60.0) -> float:
+    """Poll until the event can be read back; return the seconds it took.
+
+    Prefect persists events in batches (every few seconds), in the order it got them:
+    once an event is readable, every event received before it is readable too.
+    """
+    started = time.monotonic()
+    since = dt.datetime.now(dt.UTC) - dt.timedelta(hours=1)
+    query = {"filter": {"id": {"id": [str(event_id)]}, "occurred": {"since": since.isoformat()}}}
+    with httpx.Client(headers=_auth_headers(), timeout=_TIMEOUT_S) as http:
+        while time.monotonic() - started < deadline_s:
+            try:
+                if _checked(http.post(f"{api_url}/events/filter", json=query))["events"]:
+                    return time.monotonic() - started
+            except httpx.HTTPError as exc:
+                raise PrefectApiError(f"Prefect API {api_url} unreachable: {exc}") from exc
+            time.sleep(0.5)
+    raise PrefectApiError(
+        f"event {event_id} not readable from {api_url} after {deadline_s:.0f} s: "
+        "is the server's event persister running?"
+    )
 
 
 def _checked(response: httpx.Response) -> dict[str, Any]:

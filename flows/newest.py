@@ -1,0 +1,142 @@
+"""Is this still the newest merge for the Service? Asked before a handoff writes anything.
+
+Merges can start runs out of order: the deployment's queue does not keep arrival
+order, a forge redelivers late, two merges land a second apart. Only the newest
+merge for a Service should be handed off; an older one stops before its first
+write and says which merge supersedes it.
+
+Where the ordering truth lives: the relay's `handoff.merge` events in Prefect, one
+per (merge, handoff), carrying the merge time from the forge. Merges are ordered by
+merge time, then by when the relay received them (flows/webhook/events.py). Events
+are written to Prefect's database in batches, so the check first emits a probe event
+and waits until it is readable: every merge event received before it is then
+readable too. A run started by hand (no delivery id) is not a merge and always
+proceeds. This writes nothing to the cluster; in Prefect it tags the run
+`service:<name>` / `handoff:<spec>` (how `handoff history` finds it) and leaves the
+probe event, which records that the check ran.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from pathlib import Path
+
+from pydantic import BaseModel
+
+from flows.errors import TransientError
+from flows.record import Trigger
+from flows.spec import HandoffSpec, load_spec
+from flows.webhook.events import (
+    PrefectApiError,
+    ReceivedMerge,
+    emit_events,
+    merge_event_id,
+    read_merge_events,
+    service_key,
+    wait_visible,
+)
+
+CHECK_EVENT = "handoff.newest-check"
+
+
+class NewestUnknown(TransientError):
+    """The Prefect API could not be asked; the run must not guess."""
+
+
+class NewestCheck(BaseModel):
+    newest: bool
+    reason: str
+    newer: list[str] = []  # the merges that supersede this one, newest last
+
+
+def ensure_newest(spec_file: str, trigger: Trigger | None) -> NewestCheck:
+    """Decide whether this run's merge is the newest for its Service (call it first)."""
+    if trigger is None or not trigger.delivery_id:
+        return NewestCheck(newest=True, reason="started by hand, not by a merge")
+    spec = load_spec(Path(spec_file))
+    api = _api_url()
+    _tag_run(spec)
+    try:
+        _barrier(api, spec)
+        merges = read_merge_events(api, namespace=spec.namespace, service=spec.service)
+    except PrefectApiError as exc:
+        raise NewestUnknown(
+            f"cannot tell whether merge {trigger.merge_commit} is the newest for Service "
+            f"{service_key(spec.namespace, spec.service)}: {exc}; rerun when Prefect answers"
+        ) from exc
+    return compute_newest(merge_event_id(trigger.delivery_id, spec.name), merges)
+
+
+def compute_newest(ours_id: uuid.UUID, merges: list[ReceivedMerge]) -> NewestCheck:
+    """Pure: is the merge event ours_id the newest merge among merges (one Service)?"""
+    ours = next((m for m in merges if m.id == ours_id), None)
+    if ours is None:
+        return NewestCheck(
+            newest=False,
+            reason=f"merge event {ours_id} is not among the Service's merge events (older "
+            "than their retention?): cannot prove it is the newest; run `handoff run` by hand",
+        )
+    newer = [
+        m
+        for m in merges
+        if m.merge.merge_commit != ours.merge.merge_commit and m.order() > ours.order()
+    ]
+    if not newer:
+        return NewestCheck(newest=True, reason=f"merge {_describe(ours)} is the newest")
+    return NewestCheck(
+        newest=False,
+        reason=f"superseded: merge {_describe(newer[-1])} is newer than {_describe(ours)}; "
+        f"only the newest merge for Service {ours.merge.namespace}/{ours.merge.service} "
+        "is handed off, by its own run",
+        newer=[_describe(m) for m in newer],
+    )
+
+
+def _describe(m: ReceivedMerge) -> str:
+    at = (m.merge.merged_at or m.occurred).astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return f"{m.merge.merge_commit[:12]} of {m.merge.spec} (delivery {m.merge.delivery_id}, {at})"
+
+
+def _api_url() -> str:
+    from prefect.settings import get_current_settings
+
+    url = get_current_settings().api.url
+    if not url:
+        raise NewestUnknown(
+            "a merge-triggered handoff needs the Prefect API to check that its merge is the "
+            "newest: set PREFECT_API_URL"
+        )
+    return url.rstrip("/")
+
+
+def _barrier(api: str, spec: HandoffSpec) -> None:
+    """Emit a probe and wait until it is readable (merge events before it are, too)."""
+    probe = uuid.uuid4()
+    emit_events(
+        api,
+        [
+            {
+                "id": str(probe),
+                "occurred": dt.datetime.now(dt.UTC).isoformat(),
+                "event": CHECK_EVENT,
+                "resource": {
+                    "prefect.resource.id": f"handoff.check.{probe}",
+                    "handoff.service": service_key(spec.namespace, spec.service),
+                },
+                "payload": {"spec": spec.name},
+            }
+        ],
+    )
+    wait_visible(api, probe)
+
+
+def _tag_run(spec: HandoffSpec) -> None:
+    from prefect import get_client
+    from prefect.runtime import flow_run
+
+    if not flow_run.id:
+        return
+    tags = {*(flow_run.tags or []), f"service:{spec.service}", f"handoff:{spec.name}"}
+    with get_client(sync_client=True) as client:
+        client.update_flow_run(uuid.UUID(flow_run.id), tags=sorted(tags))
