@@ -12,7 +12,7 @@ export DEBIAN_FRONTEND=noninteractive
 log() { printf '==> %s\n' "$*" >&2; }
 as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 
-apt_packages=(golang-go rsync jq make etcd-server docker-registry openssl git ca-certificates curl)
+apt_packages=(golang-go rsync jq make etcd-server docker-registry openssl git ca-certificates curl chromium)
 missing=()
 for p in "${apt_packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
