@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import tempfile
 import time
 from dataclasses import dataclass
@@ -36,6 +37,7 @@ class LevelRun:
     concurrency: int
     run: Run
     cpu_s: float
+    load_1m: float  # machine load average when the level finished
 
 
 async def measure(url: str, concurrency: int, *, max_tokens: int, per_stream: int) -> LevelRun:
@@ -46,7 +48,7 @@ async def measure(url: str, concurrency: int, *, max_tokens: int, per_stream: in
         cpu_start = time.process_time()
         run = await pool.run(shape, prompts, n_requests=per_stream * concurrency)
         cpu_s = time.process_time() - cpu_start
-    return LevelRun(concurrency, run, cpu_s)
+    return LevelRun(concurrency, run, cpu_s, os.getloadavg()[0])
 
 
 def read_truth(path: Path) -> dict[str, dict]:
@@ -89,6 +91,7 @@ def summarise_level(level: LevelRun, truth: dict[str, dict]) -> dict[str, float]
         "matched": matched,
         "failed": sum(not r.ok for r in level.run.records),
         "cpu_s_per_1k_tok": level.cpu_s / tokens * 1000 if tokens else float("nan"),
+        "load_1m": level.load_1m,
     }
     for key, values in pooled.items():
         array = np.asarray(values) if values else np.array([np.nan])
@@ -112,10 +115,13 @@ COLUMNS = [
     "queue_p50",
     "queue_p99",
     "cpu_s_per_1k_tok",
+    "load_1m",
 ]
 
 
 def print_table(rows: list[dict[str, float]]) -> None:
+    load = ", ".join(f"{value:.1f}" for value in os.getloadavg())
+    print(f"load average now {load} on {os.cpu_count()} cores (other work skews the figures)")
     print("errors are client − server in ms (gap = ITL per gap; lag = arrival − server send)")
     print(" ".join(f"{name:>9}" for name in COLUMNS))
     for row in rows:
