@@ -120,7 +120,9 @@ class ContainerRunner:
             self._exited(now, terminated_state(128, started_at=started_at, container_id=""))
             return
         self._event("Started", f"Started container {self.name}")
-        self._run = ContainerRun(proc, self._probes, local_port=self._port, started_at=started_at)
+        self._run = ContainerRun(
+            proc, self._probes, name=name, local_port=self._port, started_at=started_at
+        )
         self._container_id = self._run.container_id
         self.state, self._stage = {"running": {"startedAt": started_at}}, Stage.RUNNING
 

@@ -6,6 +6,7 @@ SIGTERM to the process group, then SIGKILL once the grace period has passed.
 
 from __future__ import annotations
 
+import logging
 import math
 import secrets
 import signal
@@ -13,6 +14,8 @@ import signal
 from sandbox.kubelet.container_probes import ContainerProbes
 from sandbox.kubelet.spawner import ContainerProcess
 from sandbox.kubelet.status import Status, now_rfc3339
+
+log = logging.getLogger(__name__)
 
 
 def terminated_state(code: int, *, started_at: str | None, container_id: str) -> Status:
@@ -27,13 +30,20 @@ def terminated_state(code: int, *, started_at: str | None, container_id: str) ->
 
 class ContainerRun:
     def __init__(
-        self, proc: ContainerProcess, probes: ContainerProbes, *, local_port: int, started_at: str
+        self,
+        proc: ContainerProcess,
+        probes: ContainerProbes,
+        *,
+        name: str,
+        local_port: int,
+        started_at: str,
     ) -> None:
         self.container_id = f"docker://{secrets.token_hex(32)}"
         self.started_at = started_at
-        self._proc, self._probes = proc, probes
+        self._proc, self._probes, self._name = proc, probes, name
         self._kill_at: float | None = None
         probes.start(local_port)
+        log.info("container %s started: pid %d on 127.0.0.1:%d", name, proc.pid, local_port)
 
     @property
     def started(self) -> bool:
@@ -48,6 +58,7 @@ class ContainerRun:
         code = self._proc.poll()
         if code is not None:
             self._probes.stop()
+            log.info("container %s exited with code %d", self._name, code)
             return terminated_state(
                 code, started_at=self.started_at, container_id=self.container_id
             )

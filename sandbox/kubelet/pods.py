@@ -45,6 +45,7 @@ class PodManager:
 
     def delete(self, pod: V1Pod) -> None:
         with self._lock:
+            self._finished.discard(pod.metadata.uid)  # no event follows a deletion
             worker = self._workers.get(pod.metadata.uid)
         if worker is not None:
             worker.gone()

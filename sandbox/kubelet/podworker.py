@@ -28,8 +28,8 @@ from sandbox.kubelet.runtime import RunningPod
 
 log = logging.getLogger(__name__)
 TICK_S = 0.1
-GONE_GRACE_S = 2.0
-DELETE_ATTEMPTS = 30  # a pod deleted without a graceful deletion still gets SIGTERM first
+GONE_GRACE_S = 2.0  # a pod deleted without a graceful deletion still gets SIGTERM first
+DELETE_ATTEMPTS = 30
 
 
 class PodWorker:
