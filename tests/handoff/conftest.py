@@ -1,0 +1,156 @@
+"""Fixtures for whole handoffs on the sandbox: the seeds' world (repositories and
+CI-built images in the sandbox registry), a namespace holding the before state,
+specs moved into that namespace, and `handoff run` as a real process."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client
+
+from flows.kube.client import Kube, connect
+from flows.kube.write import apply_manifest
+from sandbox.publisher import publish
+from sandbox.seed import (
+    ORG,
+    World,
+    before_state_documents,
+    create_world,
+    merge_gdn_fix,
+    publish_candle,
+)
+from sandbox.state import SandboxState
+
+ROOT = Path(__file__).resolve().parents[2]
+SPECS = ROOT / "manifests" / "handoffs"
+BEFORE = ("candle-vllm", "clef-serve", "reasoning-long")
+LEASE_S = "6"
+
+
+@pytest.fixture(scope="session")
+def world(sandbox: SandboxState, tmp_path_factory: pytest.TempPathFactory) -> World:
+    """Repositories and images as after the fix was merged and CI published :sm70;
+    the last build without the fix stays available as :sm70-nofix."""
+    world = create_world(tmp_path_factory.mktemp("src"), sandbox.registry_url or "")
+    publish(
+        world.registry_url,
+        f"{ORG}/candle-vllm",
+        "sm70-nofix",
+        git_repo=world.candle_vllm.path,
+        commit="HEAD",
+    )
+    merge_gdn_fix(world)
+    publish_candle(world)
+    return world
+
+
+@pytest.fixture(scope="session")
+def handoff_env(sandbox: SandboxState, world: World) -> dict[str, str]:
+    """The environment `handoff run` gets: cluster, Prefect, image overrides, sources."""
+    return {
+        **os.environ,
+        **world.environment(),
+        "KUBECONFIG": str(sandbox.kubeconfig),
+        "PREFECT_API_URL": sandbox.prefect_api_url or "",
+        "IMAGE_POLL_INTERVAL_S": "1",
+        "HANDOFF_LEASE_S": LEASE_S,
+        "DO_NOT_TRACK": "1",
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+    }
+
+
+@pytest.fixture(scope="session")
+def kube(sandbox: SandboxState) -> Iterator[Kube]:
+    handle = connect(sandbox.kubeconfig)
+    yield handle
+    handle.close()
+
+
+@pytest.fixture
+def seeded(kube: Kube, world: World) -> Iterator[str]:
+    """A namespace holding the seeds' before state, all Ready; removed afterwards,
+    waiting until its pods are gone so the next test finds the GPUs free."""
+    namespace = f"llm-{uuid.uuid4().hex[:8]}"
+    for doc in before_state_documents(world, namespace):
+        apply_manifest(kube, doc)
+    wait_deployments_ready(kube, namespace, BEFORE)
+    yield namespace
+    kube.core.delete_namespace(namespace)
+    deadline = time.monotonic() + 120
+    while kube.core.list_namespaced_pod(namespace).items and time.monotonic() < deadline:
+        time.sleep(0.5)
+    kube.core.delete_persistent_volume(f"llm-models-{namespace}")
+
+
+def wait_deployments_ready(
+    kube: Kube, namespace: str, names: tuple[str, ...], timeout_s: float = 120
+) -> None:
+    deadline = time.monotonic() + timeout_s
+    for name in names:
+        while True:
+            d = kube.apps.read_namespaced_deployment(name, namespace)
+            if (d.status.ready_replicas or 0) >= (d.spec.replicas or 0):
+                break
+            assert time.monotonic() < deadline, f"{namespace}/{name} not Ready in {timeout_s} s"
+            time.sleep(0.3)
+
+
+def _merge(base: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
+    for key, value in changes.items():
+        if isinstance(value, dict) and isinstance(base.get(key), dict):
+            _merge(base[key], value)
+        else:
+            base[key] = value
+    return base
+
+
+def spec_in(namespace: str, name: str, out_dir: Path, **changes: Any) -> Path:
+    """The seed spec `name`, moved into `namespace`, with changes merged in."""
+    raw = yaml.safe_load((SPECS / f"{name}.yaml").read_text())
+    raw["namespace"] = namespace
+    raw["candidate"]["manifest"] = str((SPECS / raw["candidate"]["manifest"]).resolve())
+    if raw["gates"].get("parity"):
+        raw["gates"]["parity"]["golden"] = str((SPECS / raw["gates"]["parity"]["golden"]).resolve())
+    path = out_dir / f"{name}-{namespace}.yaml"
+    path.write_text(yaml.safe_dump(_merge(raw, changes)))
+    return path
+
+
+def handoff_cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "flows.cli", *args]
+
+
+def run_handoff(
+    spec: Path, env: dict[str, str], *extra: str, timeout_s: float = 300
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        handoff_cli("run", str(spec), *extra),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+    )
+
+
+def start_handoff(spec: Path, env: dict[str, str], *extra: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        handoff_cli("run", str(spec), *extra),
+        env=env,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+
+
+def service(kube: Kube, namespace: str, name: str) -> client.V1Service:
+    return kube.core.read_namespaced_service(name, namespace)
