@@ -97,20 +97,10 @@ def summarise_cell(samples: CellSamples, *, label: str, concurrency: int, slo: S
     metrics = samples.metrics
     tpot = summarise(samples.values_ms("tpot"))
     ttft = summarise(samples.values_ms("ttft"))
-    itl = [gap for gaps in samples.itl_ms() for gap in gaps]
     # no successful request: no throughput figure (0 tok/s would read as a measurement)
     throughput = (
         samples.output_tokens() / samples.duration_s if metrics and samples.duration_s > 0 else None
     )
-    little = None
-    if throughput and tpot and ttft:
-        predicted = little_predicted_tok_s(
-            concurrency=concurrency,
-            mean_n_out=float(np.mean([m.n_out for m in metrics])),
-            mean_ttft_ms=ttft.mean,
-            mean_tpot_ms=tpot.mean,
-        )
-        little = LittleCheck(predicted_tok_s=predicted, measured_tok_s=throughput)
     return CellFigures(
         label=label,
         concurrency=concurrency,
@@ -120,7 +110,7 @@ def summarise_cell(samples: CellSamples, *, label: str, concurrency: int, slo: S
         errors=dict(samples.errors.most_common(MAX_ERROR_KINDS)),
         ttft_ms=ttft,
         tpot_ms=tpot,
-        itl_ms=summarise(itl),
+        itl_ms=summarise(np.concatenate(samples.itl_ms() or [np.empty(0)])),
         e2el_ms=summarise(samples.values_ms("e2el")),
         queue_ms=summarise([m.queue_ns / NS_PER_MS for m in metrics]),
         tokens_per_event=summarise([m.tokens_per_event for m in metrics]),
@@ -129,22 +119,40 @@ def summarise_cell(samples: CellSamples, *, label: str, concurrency: int, slo: S
         duration_s=samples.duration_s,
         throughput_tok_s=throughput,
         goodput_req_s=_goodput(samples, slo),
-        little=little,
+        little=_little(samples, concurrency, throughput, ttft, tpot),
     )
+
+
+def _little(
+    samples: CellSamples,
+    concurrency: int,
+    throughput: float | None,
+    ttft: LatencySummary | None,
+    tpot: LatencySummary | None,
+) -> LittleCheck | None:
+    if not (throughput and ttft and tpot):
+        return None
+    predicted = little_predicted_tok_s(
+        concurrency=concurrency,
+        mean_n_out=float(np.mean([m.n_out for m in samples.metrics])),
+        mean_ttft_ms=ttft.mean,
+        mean_tpot_ms=tpot.mean,
+    )
+    return LittleCheck(predicted_tok_s=predicted, measured_tok_s=throughput)
 
 
 def _goodput(samples: CellSamples, slo: Slo) -> float | None:
     """Requests meeting every SLO per second; None when no SLO is set."""
-    limits = {"ttft": slo.ttft_ms, "tpot": slo.tpot_ms, "e2el": slo.e2el_ms}
-    limits = {name: limit for name, limit in limits.items() if limit is not None}
+    limits = slo.limits()
     if not limits or samples.duration_s <= 0:
         return None
     good = sum(
-        all((_metric_ms(m, name) or 0.0) <= limit for name, limit in limits.items())
-        for m in samples.metrics
+        all(_metric_ms(m, name) <= limit for name, limit in limits.items()) for m in samples.metrics
     )
     return good / samples.duration_s
 
 
-def _metric_ms(metrics: RequestMetrics, name: str) -> float | None:
-    return metrics.tpot_ms if name == "tpot" else getattr(metrics, f"{name}_ns") / NS_PER_MS
+def _metric_ms(metrics: RequestMetrics, name: str) -> float:
+    if name == "tpot":  # a one-token answer has no TPOT, so it cannot miss a TPOT SLO
+        return metrics.tpot_ms or 0.0
+    return getattr(metrics, f"{name}_ns") / NS_PER_MS

@@ -34,6 +34,11 @@ class Slo(_Settings):
     tpot_ms: float | None = None
     e2el_ms: float | None = None
 
+    def limits(self) -> dict[Literal["ttft", "tpot", "e2el"], float]:
+        """The limits that are set, by metric name."""
+        named = {"ttft": self.ttft_ms, "tpot": self.tpot_ms, "e2el": self.e2el_ms}
+        return {name: limit for name, limit in named.items() if limit is not None}
+
 
 class LatencySettings(_Settings):
     """Load shape and decision rules of the latency gate.

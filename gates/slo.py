@@ -24,15 +24,9 @@ class SloCheck(BaseModel):
 
 def check_slos(candidate: CellSamples, slo: Slo, settings: LatencySettings) -> list[SloCheck]:
     """One check per SLO that is set; too few samples give no verdict (`met` None)."""
-    limits: dict[SloMetric, float | None] = {
-        "ttft": slo.ttft_ms,
-        "tpot": slo.tpot_ms,
-        "e2el": slo.e2el_ms,
-    }
     return [
         _check(metric, limit, candidate.values_ms(metric), settings)
-        for metric, limit in limits.items()
-        if limit is not None
+        for metric, limit in slo.limits().items()
     ]
 
 
