@@ -1,0 +1,62 @@
+"""The `model-server` command (`python -m sandbox.modelserver`, `handoff sandbox model-server`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from sandbox.modelserver.config import Fault
+
+
+def model_server(
+    profile: Annotated[
+        str,
+        typer.Option(
+            help="gptq-30b-a3b-tp1, fp16-14b-tp2, clef-flash-pytorch, clef-flash-candle or cadence"
+        ),
+    ],
+    port: Annotated[int, typer.Option(help="TCP port; 0 picks a free one")] = 0,
+    host: Annotated[str, typer.Option()] = "127.0.0.1",
+    model_id: Annotated[str | None, typer.Option(help="served model name")] = None,
+    fault: Annotated[list[Fault] | None, typer.Option(help="inject a fault (repeatable)")] = None,
+    slow_start_s: Annotated[float, typer.Option(help="cold start for the slow_start fault")] = 5.0,
+    stall_after_tokens: Annotated[int, typer.Option(help="tokens before the stall fault")] = 4,
+    slowdown: Annotated[float, typer.Option(help="multiplies step and prefill times")] = 1.0,
+    ground_truth: Annotated[Path | None, typer.Option(help="JSONL of token send times")] = None,
+    time_scale: Annotated[float, typer.Option(help="multiplies every simulated duration")] = 1.0,
+    keep_alive_ms: Annotated[
+        float | None, typer.Option(help="SSE keep-alive after idle ms")
+    ] = None,
+    max_num_seqs: Annotated[int | None, typer.Option(help="override the batch cap")] = None,
+    cadence_ms: Annotated[
+        float | None, typer.Option(help="interval of the cadence profile")
+    ] = None,
+    realtime: Annotated[bool, typer.Option(help="SCHED_FIFO pacing threads if permitted")] = True,
+) -> None:
+    """Run a simulated model server; prints `listening on http://HOST:PORT` once it serves."""
+    from pydantic import ValidationError
+
+    from sandbox.modelserver import ServerConfig, serve
+
+    try:
+        config = ServerConfig(
+            profile=profile,
+            port=port,
+            host=host,
+            model_id=model_id,
+            faults=tuple(fault or ()),
+            slow_start_s=slow_start_s,
+            stall_after_tokens=stall_after_tokens,
+            slowdown=slowdown,
+            ground_truth=ground_truth,
+            time_scale=time_scale,
+            keep_alive_ms=keep_alive_ms,
+            max_num_seqs=max_num_seqs,
+            cadence_ms=cadence_ms,
+            realtime=realtime,
+        )
+    except ValidationError as exc:
+        raise typer.BadParameter(str(exc)) from exc
+    serve(config)

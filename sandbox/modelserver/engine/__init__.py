@@ -1,0 +1,2 @@
+"""Continuous-batching engine: a compute process runs the model ahead, a clock thread paces
+the tokens out."""

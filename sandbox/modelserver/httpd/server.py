@@ -1,0 +1,43 @@
+"""Serving until drained: SIGTERM/SIGINT start a drain, the loop ends once it is complete."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import socket
+from collections.abc import Callable
+
+from sandbox.modelserver.httpd.protocol import BadRequestResponse, Handler, HttpProtocol
+
+_POLL_S = 0.02
+
+
+async def serve_until_drained(
+    sock: socket.socket,
+    handler: Handler,
+    bad_request: BadRequestResponse,
+    *,
+    begin_drain: Callable[[], None],
+    drained: Callable[[], bool],
+    on_listening: Callable[[], None],
+) -> None:
+    """Accept connections on `sock` until a signal's drain completes (a second signal: now)."""
+    loop = asyncio.get_running_loop()
+    live: set[HttpProtocol] = set()
+    server = await loop.create_server(lambda: HttpProtocol(handler, bad_request, live), sock=sock)
+    signals = 0
+
+    def on_signal() -> None:
+        nonlocal signals
+        signals += 1
+        begin_drain()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, on_signal)
+    on_listening()
+    while not (drained() or signals > 1):
+        await asyncio.sleep(_POLL_S)
+    server.close()
+    for protocol in list(live):
+        protocol.close()
+    await server.wait_closed()

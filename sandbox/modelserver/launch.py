@@ -1,0 +1,78 @@
+"""Start a model server as a child process and wait for its `listening on` line."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+from sandbox.modelserver.config import ServerConfig
+
+BANNER = "listening on "
+
+
+@dataclass
+class ServerProcess:
+    proc: subprocess.Popen[str]
+    base_url: str
+    stderr_lines: list[str] = field(default_factory=list)
+
+    def terminate(self, timeout_s: float = 30.0) -> int:
+        """SIGTERM (graceful drain), then wait; SIGKILL if it outlives `timeout_s`."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return self.proc.wait()
+
+
+class ServerStartError(RuntimeError):
+    pass
+
+
+def start(config: ServerConfig, *, timeout_s: float = 60.0) -> ServerProcess:
+    cmd = [sys.executable, "-m", "sandbox.modelserver", *config.argv()]
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=os.environ.copy()
+    )
+    server = ServerProcess(proc, base_url="")
+    collector = threading.Thread(target=_collect, args=(proc, server.stderr_lines), daemon=True)
+    collector.start()
+    timer = threading.Timer(timeout_s, proc.kill)
+    timer.start()
+    try:
+        line = proc.stdout.readline() if proc.stdout else ""
+    finally:
+        timer.cancel()
+    if not line.startswith(BANNER):
+        code = proc.wait()
+        collector.join(timeout=5)
+        raise ServerStartError(
+            f"model server {config.profile!r} did not start (expected {BANNER!r} on stdout "
+            f"within {timeout_s} s, got {line!r}, exit code {code}); stderr: "
+            f"{''.join(server.stderr_lines)[-2000:]}"
+        )
+    server.base_url = line.removeprefix(BANNER).strip()
+    return server
+
+
+@contextmanager
+def launched(config: ServerConfig) -> Iterator[ServerProcess]:
+    server = start(config)
+    try:
+        yield server
+    finally:
+        server.terminate()
+
+
+def _collect(proc: subprocess.Popen[str], sink: list[str]) -> None:
+    if proc.stderr is not None:
+        for line in proc.stderr:
+            sink.append(line)

@@ -1,0 +1,1 @@
+"""A tiny deterministic byte-level language model in numpy, at fp32 or fp16."""

@@ -1,0 +1,5 @@
+"""The two numeric precisions a profile can run at."""
+
+from typing import Literal
+
+Precision = Literal["fp32", "fp16"]

@@ -1,0 +1,121 @@
+"""Server profiles: which tiny model runs at which precision, and how long its steps take.
+
+Decode step time is linear in the batch size between the measured points at 1 and 16
+streams (a dense model amortises its weight reads over the batch; the MoE pays expert traffic
+per sequence). Prefill of a step costs a fixed part plus a part per prompt token, all prompts
+admitted together sharing one step. The coder figures come from the seed's measurements on
+V100s; the clef-flash and prefill figures for the 30B are plausible values, not measurements.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from sandbox.modelserver.precision import Precision
+
+CALIBRATION_PROMPT_TOKENS = 128
+"""Prompt length at which the profiles' TTFT figures hold."""
+
+
+class Profile(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    model_id: str
+    weights: Literal["coder", "clef"] = Field(description="which tiny model's weights")
+    precision: Precision
+    batching: Literal["continuous", "cadence"] = "continuous"
+    step_ms_1: float = Field(gt=0, description="decode step time with one running sequence")
+    step_ms_16: float = Field(gt=0, description="decode step time with sixteen")
+    prefill_fixed_ms: float = Field(ge=0)
+    prefill_ms_per_token: float = Field(ge=0)
+    max_num_seqs: int = Field(ge=1)
+    max_model_len: int = 8192
+
+    def step_ms(self, batch: int) -> float:
+        slope = (self.step_ms_16 - self.step_ms_1) / 15.0
+        return self.step_ms_1 + slope * (batch - 1)
+
+    def prefill_ms(self, prompt_tokens: int) -> float:
+        return self.prefill_fixed_ms + self.prefill_ms_per_token * prompt_tokens
+
+
+def _ttft_fit(ttft_ms_1: float, ttft_ms_16: float) -> dict[str, float]:
+    """Fixed and per-token prefill cost from the mean TTFT at 1 and at 16 streams.
+
+    Sixteen streams opened at once reach an idle scheduler one after another: the first is
+    prefilled alone (TTFT t1 = F + P n), the other fifteen wait for it and then share one
+    step (t1 + F + 15 P n), so the mean is t1 + 15 (F + 15 P n) / 16 with F = t1 - P n.
+    """
+    n = CALIBRATION_PROMPT_TOKENS
+    per_token = (16 * (ttft_ms_16 - ttft_ms_1) / 15 - ttft_ms_1) / (14 * n)
+    return {"prefill_fixed_ms": ttft_ms_1 - per_token * n, "prefill_ms_per_token": per_token}
+
+
+CADENCE_MS = 25.0
+
+PROFILES: dict[str, Profile] = {
+    p.name: p
+    for p in [
+        # vLLM, GPTQ W4A16 MoE on one V100: 17.6 ms at 1 stream, 71.5 ms at 16.
+        Profile(
+            name="gptq-30b-a3b-tp1",
+            model_id="qwen3-coder-30b-a3b-gptq",
+            weights="coder",
+            precision="fp16",
+            step_ms_1=17.6,
+            step_ms_16=71.5,
+            **_ttft_fit(120.0, 600.0),
+            max_num_seqs=64,
+        ),
+        # candle-vllm, dense fp16 14B over two PCIe V100s: 27.9 -> 39.7 ms, TTFT 275 -> 1090 ms.
+        Profile(
+            name="fp16-14b-tp2",
+            model_id="coder-14b-fp16",
+            weights="coder",
+            precision="fp16",
+            step_ms_1=27.9,
+            step_ms_16=39.7,
+            **_ttft_fit(275.0, 1090.0),
+            max_num_seqs=32,
+        ),
+        # The clef-flash reference implementation (pytorch, fp32) and its candle-vllm port.
+        Profile(
+            name="clef-flash-pytorch",
+            model_id="clef-flash",
+            weights="clef",
+            precision="fp32",
+            step_ms_1=24.0,
+            step_ms_16=33.0,
+            **_ttft_fit(90.0, 400.0),
+            max_num_seqs=16,
+        ),
+        Profile(
+            name="clef-flash-candle",
+            model_id="clef-flash",
+            weights="clef",
+            precision="fp16",
+            step_ms_1=19.0,
+            step_ms_16=26.0,
+            **_ttft_fit(70.0, 300.0),
+            max_num_seqs=32,
+        ),
+        # Exactly one token per interval per stream, whatever the load: for calibrating clients.
+        Profile(
+            name="cadence",
+            model_id="cadence",
+            weights="coder",
+            precision="fp32",
+            batching="cadence",
+            step_ms_1=CADENCE_MS,
+            step_ms_16=CADENCE_MS,
+            prefill_fixed_ms=0.0,
+            prefill_ms_per_token=0.0,
+            max_num_seqs=1024,
+        ),
+    ]
+}
+
+WEIGHT_SEEDS = {"coder": 2, "clef": 1}
