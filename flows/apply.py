@@ -11,11 +11,12 @@ is idempotent: reapplying the same body changes nothing.
 
 from __future__ import annotations
 
-from flows.errors import PermanentError
+from flows.capacity import Strategy
 from flows.image import PinnedImage
 from flows.kube import write
+from flows.kube.objects import PodSnapshot, owned_by_deployment
 from flows.kube.wait import wait_pods
-from flows.ledger import Phase
+from flows.ledger import REVISION_LABEL, Phase
 from flows.progress import HandoffRun
 from flows.render import compute_revision, load_manifest, override_image, render_candidate
 
@@ -46,9 +47,14 @@ def apply_at_zero(run: HandoffRun, image: PinnedImage | None) -> str:
         revision=revision,
         replicas=0,
         handoff_id=run.ledger.handoff_id,
+        twin=run.twin,
     )
+    if plan.strategy is Strategy.IN_PLACE:
+        # The outage the plan declared starts here: the old pods release their GPUs.
+        for deployment in plan.current:
+            write.scale_deployment(run.kube, spec.namespace, deployment.name, 0)
     write.apply_deployment(run.kube, body)
-    if spec.in_place:
+    if plan.strategy is Strategy.IN_PLACE:
         _wait_old_pods_gone(run, revision)
         run.advance(Phase.OLD_STOPPED)
     run.advance(Phase.APPLIED, revision=revision, image=pinned)
@@ -67,15 +73,16 @@ def _unpinned(run: HandoffRun) -> str:
 
 def _wait_old_pods_gone(run: HandoffRun, revision: str) -> None:
     """In place: the old pods must be gone (their GPUs freed) before the candidate scales."""
-    from flows.ledger import REVISION_LABEL
+    for deployment in run.plan.current:
 
-    deployment = run.plan.current[0]
+        def gone(pods: list[PodSnapshot], name: str = deployment.name) -> bool | None:
+            old = [
+                p
+                for p in pods
+                if owned_by_deployment(p, name) and p.labels.get(REVISION_LABEL) != revision
+            ]
+            return True if not old else None
 
-    def gone(pods: list) -> bool | None:  # type: ignore[type-arg]
-        old = [p for p in pods if p.labels.get(REVISION_LABEL) != revision]
-        return True if not old else None
-
-    try:
         wait_pods(
             run.kube,
             run.spec.namespace,
@@ -84,5 +91,3 @@ def _wait_old_pods_gone(run: HandoffRun, revision: str) -> None:
             deadline_s=OLD_PODS_GONE_S,
             what=f"the old pods of {deployment.name} to stop",
         )
-    except Exception as exc:
-        raise PermanentError(f"in-place handoff: {exc}") from exc

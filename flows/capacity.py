@@ -88,23 +88,26 @@ def decide_strategy(
 ) -> Decision:
     """Choose side by side, in place, or refuse; every reason carries its numbers."""
     total_free = sum(n.free for n in ledger)
-    need = f"{preview} pod(s) x {per_pod} GPU"
+    need = f"{max(preview, target)} pod(s) x {per_pod} GPU"
     alongside = _free_with(ledger, candidate_pods)
     released = _free_with(ledger, [*candidate_pods, *current_pods])
-    if not same_deployment and compute_fit(alongside, per_pod, preview):
-        reasons = [f"side by side: {need} fit beside the live pods ({total_free} GPU free)"]
-        later = not compute_fit(alongside, per_pod, target)
+    # Replacing the live Deployment side by side runs a twin for the gates, then the
+    # Deployment itself comes up beside the twin: both must fit at once.
+    beside = preview + target if same_deployment else preview
+    if compute_fit(alongside, per_pod, beside):
+        twin = " (as a twin Deployment, then in the live one)" if same_deployment else ""
+        reasons = [
+            f"side by side{twin}: {beside} pod(s) x {per_pod} GPU fit beside the live "
+            f"pods ({total_free} GPU free)"
+        ]
+        later = not same_deployment and not compute_fit(alongside, per_pod, target)
         if later:
             reasons.append(
                 f"target {target} replicas fit only after the old workload retires: "
                 "scale-up follows retirement"
             )
         return Decision(strategy=Strategy.SIDE_BY_SIDE, reasons=reasons, scale_after_retire=later)
-    why = (
-        "the candidate reuses the live Deployment's name"
-        if same_deployment
-        else f"{need} do not fit beside the live pods ({total_free} GPU free)"
-    )
+    why = f"{beside} pod(s) x {per_pod} GPU do not fit beside the live pods ({total_free} GPU free)"
     if compute_fit(released, per_pod, max(preview, target)):
         return Decision(
             strategy=Strategy.IN_PLACE,

@@ -25,7 +25,9 @@ from flows.kube.objects import (
 )
 from flows.ledger import Snapshot, WorkloadSnapshot
 from flows.render import (
+    TWIN_SUFFIX,
     compute_startup_allowance,
+    is_twin,
     load_manifest,
     override_image,
     render_candidate,
@@ -75,7 +77,7 @@ class Plan(BaseModel):
         return None
 
     def snapshot(self, spec: HandoffSpec) -> Snapshot:
-        in_place = self.strategy is Strategy.IN_PLACE
+        """The state to restore; the live spec too when the handoff will rewrite it."""
         return Snapshot(
             selector=self.service.selector,
             cluster_ip=self.service.cluster_ip,
@@ -84,13 +86,13 @@ class Plan(BaseModel):
                     name=d.name,
                     replicas=d.replicas,
                     resource_version=d.resource_version,
-                    spec=d.spec if in_place else None,
+                    spec=d.spec if spec.replaces_live else None,
                 )
                 for d in self.current
             ],
-            candidate_existed=self.candidate is not None and not spec.in_place,
+            candidate_existed=self.candidate is not None and not spec.replaces_live,
             candidate_replicas=self.candidate.replicas
-            if self.candidate and not spec.in_place
+            if self.candidate and not spec.replaces_live
             else 0,
         )
 
@@ -99,10 +101,10 @@ def make_plan(kube: Kube, spec: HandoffSpec) -> Plan:
     """Observe, decide, dry-run. Raises only when the cluster cannot be read."""
     service = read.read_service(kube, spec.namespace, spec.service)
     current = [_require(kube, spec, name) for name in spec.current]
-    candidate = (
-        None
-        if spec.in_place
-        else read.read_deployment(kube, spec.namespace, spec.candidate.deployment)
+    # Replacing the live Deployment, the candidate that may already run is its twin.
+    twin = spec.candidate.deployment + TWIN_SUFFIX
+    candidate = read.read_deployment(
+        kube, spec.namespace, twin if spec.replaces_live else spec.candidate.deployment
     )
     manifest = load_manifest(spec)
     per_pod = pod_spec_gpus(manifest["spec"]["template"]["spec"])
@@ -115,7 +117,7 @@ def make_plan(kube: Kube, spec: HandoffSpec) -> Plan:
         )
     ]
     decision = decide_strategy(
-        same_deployment=spec.in_place,
+        same_deployment=spec.replaces_live,
         per_pod=per_pod,
         preview=spec.candidate.preview_replicas,
         target=spec.candidate.replicas,
@@ -123,7 +125,11 @@ def make_plan(kube: Kube, spec: HandoffSpec) -> Plan:
         current_pods=[p for p in ns_pods if any(owned_by_deployment(p, d.name) for d in current)],
         candidate_pods=[p for p in ns_pods if candidate and owned_by_deployment(p, candidate.name)],
     )
-    pin = _live_selector_pin(kube, spec, service, current, manifest)
+    pin = (
+        _live_selector_pin(kube, spec, service, current, manifest)
+        if decision.strategy is Strategy.SIDE_BY_SIDE
+        else None
+    )
     return Plan(
         spec_name=spec.name,
         namespace=spec.namespace,
@@ -137,7 +143,9 @@ def make_plan(kube: Kube, spec: HandoffSpec) -> Plan:
         if decision.strategy is Strategy.IN_PLACE
         else None,
         pin_live_selector=pin,
-        dry_runs=_dry_runs(kube, spec, service, current, manifest) if decision.strategy else [],
+        dry_runs=_dry_runs(kube, spec, service, current, manifest, str(decision.strategy))
+        if decision.strategy
+        else [],
     )
 
 
@@ -161,12 +169,13 @@ def _live_selector_pin(
     """If the candidate's pods would match the live selector, the selector narrowed to
     the current pods' pod-template-hash, so the Service never selects both workloads."""
     labels = manifest["spec"]["template"]["metadata"].get("labels") or {}
-    if spec.in_place or not matches(service.selector, labels):
+    if not matches(service.selector, labels):
         return None
     hashes = {
         p.labels.get("pod-template-hash")
         for d in current
         for p in read.list_pods(kube, spec.namespace, d.selector)
+        if owned_by_deployment(p, d.name)
     }
     hashes.discard(None)
     if len(current) != 1 or len(hashes) != 1:
@@ -202,6 +211,7 @@ def _dry_runs(
     service: ServiceSnapshot,
     current: list[DeploymentSnapshot],
     manifest: dict[str, Any],
+    strategy: str,
 ) -> list[DryRun]:
     container = next(
         c
@@ -215,10 +225,11 @@ def _dry_runs(
         revision="plan",
         replicas=0,
         handoff_id="plan",
+        twin=is_twin(spec, strategy),
     )
     checks = [
         (
-            f"apply Deployment {spec.candidate.deployment} at 0 replicas",
+            f"apply Deployment {body['metadata']['name']} at 0 replicas",
             lambda: write.apply_deployment(kube, body, dry_run=True),
         ),
         (
@@ -238,7 +249,7 @@ def _dry_runs(
                 lambda d=d: write.scale_deployment(kube, spec.namespace, d.name, 0, dry_run=True),
             )
             for d in current
-            if not spec.in_place
+            if not spec.replaces_live
         ],
     ]
     results = []

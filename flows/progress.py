@@ -82,6 +82,19 @@ class HandoffRun:
             return
         self.ledger = save_ledger(self.kube, self.spec, self.ledger.to(phase, **changes))
 
+    @property
+    def candidate_name(self) -> str:
+        """The Deployment being warmed and gated (a twin when replacing side by side)."""
+        from flows.render import candidate_name
+
+        return candidate_name(self.spec, self.ledger.strategy)
+
+    @property
+    def twin(self) -> bool:
+        from flows.render import is_twin
+
+        return is_twin(self.spec, self.ledger.strategy)
+
     def reached(self, phase: Phase) -> bool:
         from flows.ledger import reached
 

@@ -22,6 +22,18 @@ from flows.ledger import REVISION_LABEL
 from flows.spec import HandoffSpec
 
 HANDOFF_ID_ANNOTATION = "handoff.dev/id"
+TWIN_SUFFIX = "-handoff"
+
+
+def is_twin(spec: HandoffSpec, strategy: str | None) -> bool:
+    """Side by side while replacing the live Deployment: the gates run on a twin."""
+    return spec.replaces_live and strategy == "side-by-side"
+
+
+def candidate_name(spec: HandoffSpec, strategy: str | None) -> str:
+    """The Deployment the candidate's pods are warmed and gated in."""
+    name = spec.candidate.deployment
+    return f"{name}{TWIN_SUFFIX}" if is_twin(spec, strategy) else name
 
 
 class ManifestError(PermanentError):
@@ -88,9 +100,14 @@ def render_candidate(
     revision: str,
     replicas: int,
     handoff_id: str,
+    twin: bool = False,
 ) -> dict[str, Any]:
+    """The Deployment to apply; a twin has its own name and selects only its revision."""
     body = copy.deepcopy(manifest)
     body["metadata"]["namespace"] = spec.namespace
+    if twin:
+        body["metadata"]["name"] += TWIN_SUFFIX
+        body["spec"]["selector"]["matchLabels"][REVISION_LABEL] = revision
     body["metadata"].setdefault("annotations", {})[HANDOFF_ID_ANNOTATION] = handoff_id
     body["spec"]["replicas"] = replicas
     template = body["spec"]["template"]

@@ -16,6 +16,7 @@ from flows.kube.client import Kube
 from flows.kube.wait import wait_rolled_out
 from flows.ledger import TERMINAL, Ledger, Phase, WorkloadSnapshot
 from flows.progress import read_ledger, save_ledger
+from flows.render import candidate_name, is_twin
 from flows.spec import HandoffSpec
 
 RESTORE_S = 300.0
@@ -32,8 +33,7 @@ def rollback(kube: Kube, spec: HandoffSpec, *, cause: str) -> Ledger | None:
     for workload in ledger.snapshot.workloads:
         _restore_workload(kube, spec, workload, problems)
     _restore_selector(kube, spec, ledger)
-    if not spec.in_place and ledger.snapshot.candidate_replicas == 0:
-        _scale_candidate_down(kube, spec, ledger)
+    _undo_candidate(kube, spec, ledger)
     service = read.read_service(kube, spec.namespace, spec.service)
     write.record_event(
         kube,
@@ -84,7 +84,14 @@ def _restore_selector(kube: Kube, spec: HandoffSpec, ledger: Ledger) -> None:
         )
 
 
-def _scale_candidate_down(kube: Kube, spec: HandoffSpec, ledger: Ledger) -> None:
-    candidate = read.read_deployment(kube, spec.namespace, spec.candidate.deployment)
-    if candidate is not None and candidate.replicas != 0:
-        write.scale_deployment(kube, spec.namespace, spec.candidate.deployment, 0)
+def _undo_candidate(kube: Kube, spec: HandoffSpec, ledger: Ledger) -> None:
+    """A twin is removed; a separate candidate goes back to its replica count (kept)."""
+    name = candidate_name(spec, ledger.strategy)
+    if is_twin(spec, ledger.strategy):
+        write.delete_deployment(kube, spec.namespace, name)
+        return
+    if spec.replaces_live:
+        return  # the live Deployment itself was restored above
+    candidate = read.read_deployment(kube, spec.namespace, name)
+    if candidate is not None and candidate.replicas != ledger.snapshot.candidate_replicas:
+        write.scale_deployment(kube, spec.namespace, name, ledger.snapshot.candidate_replicas)

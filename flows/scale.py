@@ -10,34 +10,63 @@ from __future__ import annotations
 
 from flows.kube import write
 from flows.kube.objects import PodSnapshot, owned_by_deployment
-from flows.kube.wait import wait_pods
+from flows.kube.wait import wait_pods, wait_rolled_out
 from flows.ledger import Phase
 from flows.progress import HandoffRun
+from flows.render import compute_startup_allowance, load_manifest, render_candidate
 from flows.warm import wait_candidate_ready
 
 RETIRE_S = 180.0
 
 
 def scale_up(run: HandoffRun) -> None:
-    wait_candidate_ready(run, run.spec.candidate.replicas)
+    """The candidate to its target (a twin stays at preview: the live Deployment takes
+    the target when it is rewritten at retirement)."""
+    if not run.twin:
+        wait_candidate_ready(run, run.spec.candidate.replicas)
     run.advance(Phase.SCALED)
 
 
 def retire(run: HandoffRun) -> None:
-    """Old workloads to 0 (never deleted); in place there is nothing left to retire."""
-    if not run.spec.in_place:
+    """Old workloads to 0 (kept, never deleted). Replacing the live Deployment in place
+    there is nothing left; through a twin, the live Deployment now takes the candidate's
+    spec (its pods carry the revision the Service selects) and the twin is removed."""
+    if run.twin:
+        _rewrite_live_and_remove_twin(run)
+    elif not run.spec.replaces_live:
         for deployment in run.plan.current:
             write.scale_deployment(run.kube, run.spec.namespace, deployment.name, 0)
         for deployment in run.plan.current:
-            wait_pods(
-                run.kube,
-                run.spec.namespace,
-                deployment.selector,
-                decide=lambda pods, d=deployment.name: _none_owned(pods, d),
-                deadline_s=RETIRE_S,
-                what=f"the pods of {deployment.name} to stop",
-            )
+            _wait_none_owned(run, deployment.name, deployment.selector)
     run.advance(Phase.RETIRED)
+
+
+def _rewrite_live_and_remove_twin(run: HandoffRun) -> None:
+    spec, manifest = run.spec, load_manifest(run.spec)
+    body = render_candidate(
+        spec,
+        manifest,
+        pinned=run.ledger.image,
+        revision=run.ledger.revision or "",
+        replicas=spec.candidate.replicas,
+        handoff_id=run.ledger.handoff_id,
+    )
+    write.apply_deployment(run.kube, body)
+    deadline = compute_startup_allowance(manifest, spec.candidate.container) + 60.0
+    wait_rolled_out(run.kube, spec.namespace, spec.candidate.deployment, deadline_s=deadline)
+    write.delete_deployment(run.kube, spec.namespace, run.candidate_name)
+    _wait_none_owned(run, run.candidate_name, manifest["spec"]["selector"]["matchLabels"])
+
+
+def _wait_none_owned(run: HandoffRun, name: str, selector: dict[str, str]) -> None:
+    wait_pods(
+        run.kube,
+        run.spec.namespace,
+        selector,
+        decide=lambda pods: _none_owned(pods, name),
+        deadline_s=RETIRE_S,
+        what=f"the pods of {name} to stop",
+    )
 
 
 def _none_owned(pods: list[PodSnapshot], deployment: str) -> bool | None:

@@ -97,8 +97,8 @@ class HandoffSpec(_Model):
         return value
 
     @property
-    def in_place(self) -> bool:
-        """The candidate reuses a live Deployment's name: it can only replace it."""
+    def replaces_live(self) -> bool:
+        """The candidate reuses a live Deployment's name: it ends up replacing its spec."""
         return self.candidate.deployment in self.current
 
     def resolve_image(self, name: str) -> str:

@@ -81,7 +81,7 @@ def candidate_selector(run: HandoffRun) -> dict[str, str]:
 def wait_candidate_ready(run: HandoffRun, replicas: int) -> tuple[str, ...]:
     """Scale the candidate to `replicas` and wait for that many Ready pods, failing fast."""
     spec = run.spec
-    write.scale_deployment(run.kube, spec.namespace, spec.candidate.deployment, replicas)
+    write.scale_deployment(run.kube, spec.namespace, run.candidate_name, replicas)
     deadline = compute_startup_allowance(load_manifest(spec), spec.candidate.container) + 60.0
     verdict = wait_pods(
         run.kube,
@@ -89,7 +89,7 @@ def wait_candidate_ready(run: HandoffRun, replicas: int) -> tuple[str, ...]:
         candidate_selector(run),
         decide=lambda pods: decide_warm(pods, replicas),
         deadline_s=deadline,
-        what=f"{replicas} Ready pod(s) of {spec.candidate.deployment}",
+        what=f"{replicas} Ready pod(s) of {run.candidate_name}",
     )
     if verdict.failure:
         raise CandidateFailed(verdict.failure, _evidence(run, verdict.pod))

@@ -163,3 +163,16 @@ def apply_manifest(kube: Kube, body: dict[str, Any], *, dry_run: bool = False) -
             force_conflicts=True,
             dry_run=_dry(dry_run),
         )
+
+
+def delete_deployment(kube: Kube, namespace: str, name: str) -> None:
+    """Delete a Deployment (its ReplicaSets and pods follow); absent is fine."""
+    from flows.kube.client import NotFound
+
+    try:
+        with mapped(f"delete Deployment {namespace}/{name}"):
+            kube.apps.delete_namespaced_deployment(
+                name, namespace, body={"propagationPolicy": "Background"}
+            )
+    except NotFound:
+        pass

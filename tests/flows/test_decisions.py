@@ -102,6 +102,32 @@ def test_strategy(
     assert decision.reasons and all(any(ch.isdigit() for ch in r) for r in decision.reasons)
 
 
+def test_replacing_the_live_deployment_goes_side_by_side_when_a_twin_fits() -> None:
+    """Same Deployment name with room for the twin and the rewritten live pods."""
+    roomy = [*SEED_LEDGER, NodeGpu(name="worker-2", allocatable=4, requested=0)]
+    decision = decide_strategy(
+        same_deployment=True,
+        per_pod=2,
+        preview=1,
+        target=1,
+        ledger=roomy,
+        current_pods=[pod("coder")],
+        candidate_pods=[],
+    )
+    assert decision.strategy is Strategy.SIDE_BY_SIDE and "twin" in decision.reasons[0]
+    tight = [*SEED_LEDGER, NodeGpu(name="worker-2", allocatable=2, requested=0)]
+    decision = decide_strategy(
+        same_deployment=True,
+        per_pod=2,
+        preview=1,
+        target=1,
+        ledger=tight,
+        current_pods=[pod("coder")],
+        candidate_pods=[],
+    )
+    assert decision.strategy is Strategy.IN_PLACE
+
+
 def test_candidate_pods_already_running_count_as_its_own_room() -> None:
     full = [NodeGpu(name="worker-1", allocatable=4, requested=4)]
     decision = decide_strategy(

@@ -18,12 +18,12 @@ SPECS = Path(__file__).resolve().parents[2] / "manifests" / "handoffs"
 def test_seed_specs_load() -> None:
     clef = load_spec(SPECS / "clef-candle.yaml")
     coder = load_spec(SPECS / "coder-14b-fp16.yaml")
-    assert (clef.service, clef.in_place, clef.candidate.manifest.is_file()) == (
+    assert (clef.service, clef.replaces_live, clef.candidate.manifest.is_file()) == (
         "clef-serve",
         False,
         True,
     )
-    assert coder.in_place and coder.current == ["candle-vllm"]
+    assert coder.replaces_live and coder.current == ["candle-vllm"]
     assert clef.gates.parity is not None and clef.gates.parity.golden.name == "clef-flash.json"
 
 
