@@ -14,15 +14,45 @@ os.environ.setdefault("DO_NOT_TRACK", "1")
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 
 
+SPARE_NODE = "worker-2"
+
+
 @pytest.fixture(scope="session")
 def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SandboxState]:  # noqa: F821
-    """The sandbox brought up once for the run and down at the end."""
+    """The sandbox brought up once for the run and down at the end.
+
+    Its nodes are the seeds' (worker-1 with four V100s, cpu-1) plus a spare GPU node,
+    worker-2, cordoned: tests that need more GPUs than the seeds had uncordon it.
+    """
+    from kubernetes import config
+
     from sandbox import manager
 
     run_dir = Path(os.environ.get("HANDOFF_TEST_SANDBOX_DIR") or tmp_path_factory.mktemp("sandbox"))
-    state, _ = manager.up(run_dir)
+    state, _ = manager.up(run_dir, cluster_file=_test_cluster_file(run_dir.parent))
+    api = config.new_client_from_config(config_file=str(state.kubeconfig))
+    set_cordoned(api, SPARE_NODE, True)
+    api.close()
     yield state
     manager.down(run_dir)
+
+
+def _test_cluster_file(directory: Path) -> Path:
+    import yaml
+
+    from sandbox.cluster import DEFAULT_CLUSTER_FILE
+
+    raw = yaml.safe_load(DEFAULT_CLUSTER_FILE.read_text())
+    raw["nodes"].append({"name": SPARE_NODE, "gpus": 4, "gpu_product": "Tesla-V100-PCIE-32GB"})
+    path = directory / "test-cluster.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+def set_cordoned(api, node: str, cordoned: bool) -> None:  # type: ignore[no-untyped-def]
+    from kubernetes import client
+
+    client.CoreV1Api(api).patch_node(node, {"spec": {"unschedulable": cordoned}})
 
 
 @pytest.fixture(scope="session")

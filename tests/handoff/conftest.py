@@ -154,3 +154,13 @@ def start_handoff(spec: Path, env: dict[str, str], *extra: str) -> subprocess.Po
 
 def service(kube: Kube, namespace: str, name: str) -> client.V1Service:
     return kube.core.read_namespaced_service(name, namespace)
+
+
+@pytest.fixture
+def spare_gpus(kube: Kube) -> Iterator[str]:
+    """The spare GPU node uncordoned for one test (cordoned again afterwards)."""
+    from tests.conftest import SPARE_NODE, set_cordoned
+
+    set_cordoned(kube.api, SPARE_NODE, False)
+    yield SPARE_NODE
+    set_cordoned(kube.api, SPARE_NODE, True)

@@ -25,8 +25,12 @@ def test_coder_goes_in_place_within_declared_downtime(
 ) -> None:
     # The latency SLO is the spec's business; here the machine may be busy with other
     # tests, and this test is about the outage, so the SLO is relaxed.
-    spec_file = spec_in(seeded, "coder-14b-fp16", tmp_path,
-                        gates={"latency": {"slo": {"tpot_ms": 500, "ttft_ms": 10000}}})
+    spec_file = spec_in(
+        seeded,
+        "coder-14b-fp16",
+        tmp_path,
+        gates={"latency": {"slo": {"tpot_ms": 500, "ttft_ms": 10000}}},
+    )
     plan = make_plan(kube, _load(spec_file, handoff_env))
     assert plan.strategy is Strategy.IN_PLACE and plan.downtime_bound_s
     cluster_ip = service(kube, seeded, "coder-predictor").spec.cluster_ip
