@@ -15,6 +15,7 @@ from pathlib import Path
 from kubernetes import client
 
 from sandbox.paths import k8s_bin_dir
+from sandbox.simbuild import SimBuild
 from sandbox.state import SandboxState
 from tests.conftest import _wait_default_service_account
 from tests.kubelet import objects
@@ -39,11 +40,12 @@ def require_components(sandbox: SandboxState, *names: str) -> None:
     )
 
 
-def push_server_image(sandbox: SandboxState) -> str:
-    """An image without a server label in the sandbox registry; returns its reference."""
+def push_server_image(sandbox: SandboxState, build: SimBuild | None = None) -> str:
+    """An image labelled for build (None: no server label) in the sandbox registry."""
     assert sandbox.registry_url, "the session sandbox has no registry"
-    push_labelled_image(sandbox.registry_url, "streaming-tests/cadence", "v1", None)
-    return f"{sandbox.registry_url.split('://', 1)[1]}/streaming-tests/cadence:v1"
+    repository = f"streaming-tests/{build.server if build else 'cadence'}"
+    push_labelled_image(sandbox.registry_url, repository, "v1", build)
+    return f"{sandbox.registry_url.split('://', 1)[1]}/{repository}:v1"
 
 
 @contextmanager

@@ -1,9 +1,9 @@
-"""Through the real apiserver, against a pod the real kubelet runs: `kubectl logs`
-returns the container's output (and the kubelet's own refusal for `--previous`); the
-official Python client's port-forward (WebSocket) reaches the pod's server; `kubectl
-port-forward` (SPDY) does too, for kubectl 1.20 and for the system's newer kubectl,
-which first tries the WebSocket tunnel, is refused as a 1.20 kubelet refuses it, and
-falls back to SPDY."""
+"""Through the real apiserver, against pods the real kubelet runs: `kubectl logs`
+returns the container's output, `--previous` the crashed run's (and the kubelet's own
+refusal when there is none); the official Python client's port-forward (WebSocket)
+reaches the pod's server; `kubectl port-forward` (SPDY) does too, for kubectl 1.20 and
+for the system's newer kubectl, which first tries the WebSocket tunnel, is refused as a
+1.20 kubelet refuses it, and falls back to SPDY."""
 
 from __future__ import annotations
 
@@ -19,7 +19,10 @@ from kubernetes import client
 from kubernetes.stream import portforward
 
 from sandbox.procs import free_port
+from sandbox.simbuild import SimBuild
 from sandbox.state import SandboxState
+from tests.kubelet import objects
+from tests.kubelet.waits import wait_pod
 from tests.kubelet_server.cluster import (
     kubectls,
     push_server_image,
@@ -57,6 +60,29 @@ def test_kubectl_logs(kubectl: Path, sandbox: SandboxState, namespace_with_pod: 
     previous = _kubectl(kubectl, sandbox, "-n", namespace_with_pod, "logs", POD, "--previous")
     assert previous.returncode != 0
     assert f'previous terminated container "server" in pod "{POD}" not found' in previous.stderr
+
+
+def test_kubectl_logs_previous_shows_the_crashed_run(
+    sandbox: SandboxState, kube_api: client.ApiClient, namespace_with_pod: str
+) -> None:
+    # A GPU container without runtimeClassName nvidia crashes at start on every run.
+    image = push_server_image(sandbox, SimBuild(server="candle-vllm"))
+    main = objects.container(image, gpus=1, args=objects.CODER_ARGS, readiness_path=None)
+    core = client.CoreV1Api(kube_api)
+    core.create_namespaced_pod(namespace_with_pod, objects.pod("crash", objects.pod_spec(main)))
+    wait_pod(
+        core,
+        namespace_with_pod,
+        "crash",
+        lambda p: (
+            bool(p.status.container_statuses) and p.status.container_statuses[0].restart_count >= 1
+        ),
+        timeout_s=90,
+        what="restartCount >= 1",
+    )
+    previous = _kubectl(kubectls()[0], sandbox, "-n", namespace_with_pod, "logs", "crash", "-p")
+    assert previous.returncode == 0, previous.stderr
+    assert "Unable to dynamically load the cuda shared library" in previous.stdout
 
 
 def _model_ids(response_body: bytes) -> list[str]:
