@@ -30,6 +30,7 @@ from tests.kubelet_server.cluster import (
 
 WAIT_S = 30.0
 STREAM_TOKENS = 400  # long enough to still be streaming when the selector has moved
+STREAM_WAIT_S = 120.0  # 400 tokens took 1.5-10 s on a shared 2-core machine
 
 
 @pytest.fixture(scope="module")
@@ -85,16 +86,21 @@ class _Stream(threading.Thread):
         self.url, self.model = f"http://{address}/v1/completions", model
         self.events: list[tuple[float, dict[str, Any] | str]] = []
         self.first = threading.Event()
+        self.error: Exception | None = None
 
     def run(self) -> None:
         body = {"model": self.model, "prompt": "count", "max_tokens": STREAM_TOKENS, "stream": True}
-        with httpx.stream("POST", self.url, json=body, timeout=60, trust_env=False) as response:
-            for line in response.iter_lines():
-                if line.startswith("data: "):
-                    payload = line.removeprefix("data: ")
-                    event = payload if payload == "[DONE]" else json.loads(payload)
-                    self.events.append((time.monotonic(), event))
-                    self.first.set()
+        try:
+            with httpx.stream("POST", self.url, json=body, timeout=60, trust_env=False) as response:
+                for line in response.iter_lines():
+                    if line.startswith("data: "):
+                        payload = line.removeprefix("data: ")
+                        event = payload if payload == "[DONE]" else json.loads(payload)
+                        self.events.append((time.monotonic(), event))
+                        self.first.set()
+        except Exception as exc:  # reported by the test, with what had arrived
+            self.error = exc
+            self.first.set()
 
 
 def test_selector_change_moves_new_connections_only(
@@ -106,13 +112,14 @@ def test_selector_change_moves_new_connections_only(
     assert _served_model(address) == "a"
     stream = _Stream(address, "a")
     stream.start()
-    assert stream.first.wait(WAIT_S), "the stream to pod a sent nothing"
+    assert stream.first.wait(WAIT_S) and stream.error is None, f"no stream: {stream.error!r}"
     core.patch_namespaced_service("svc", namespace, {"spec": {"selector": {"app": "b"}}})
     assert _wait_listener(sandbox.run_dir, namespace, "svc", [f"{ips['b']}:8080"]) == address
     switched = time.monotonic()
     assert _served_model(address) == "b"
-    stream.join(WAIT_S)
-    assert not stream.is_alive(), "the stream to pod a did not finish"
+    stream.join(STREAM_WAIT_S)
+    assert not stream.is_alive(), f"the stream to pod a did not finish in {STREAM_WAIT_S} s"
+    assert stream.error is None, f"the stream to pod a broke: {stream.error!r}"
     arrivals, events = zip(*stream.events, strict=True)
     assert events[-1] == "[DONE]"
     assert {e["model"] for e in events[:-1] if isinstance(e, dict)} == {"a"}
