@@ -13,7 +13,7 @@ and waits until it is readable: every merge event received before it is then
 readable too. A run started by hand (no delivery id) is not a merge and always
 proceeds. This writes nothing to the cluster; in Prefect it tags the run
 `service:<name>` / `handoff:<spec>` (how `handoff history` finds it) and leaves the
-probe event, which records that the check ran.
+probe event.
 """
 
 from __future__ import annotations
@@ -28,16 +28,14 @@ from flows.errors import TransientError
 from flows.record import Trigger
 from flows.spec import HandoffSpec, load_spec
 from flows.webhook.events import (
+    SERVICE_LABEL,
     PrefectApiError,
     ReceivedMerge,
-    emit_events,
     merge_event_id,
     read_merge_events,
     service_key,
-    wait_visible,
+    wait_persisted,
 )
-
-CHECK_EVENT = "handoff.newest-check"
 
 
 class NewestUnknown(TransientError):
@@ -58,7 +56,7 @@ def ensure_newest(spec_file: str, trigger: Trigger | None) -> NewestCheck:
     api = _api_url()
     _tag_run(spec)
     try:
-        _barrier(api, spec)
+        wait_persisted(api, about={SERVICE_LABEL: service_key(spec.namespace, spec.service)})
         merges = read_merge_events(api, namespace=spec.namespace, service=spec.service)
     except PrefectApiError as exc:
         raise NewestUnknown(
@@ -108,27 +106,6 @@ def _api_url() -> str:
             "newest: set PREFECT_API_URL"
         )
     return url.rstrip("/")
-
-
-def _barrier(api: str, spec: HandoffSpec) -> None:
-    """Emit a probe and wait until it is readable (merge events before it are, too)."""
-    probe = uuid.uuid4()
-    emit_events(
-        api,
-        [
-            {
-                "id": str(probe),
-                "occurred": dt.datetime.now(dt.UTC).isoformat(),
-                "event": CHECK_EVENT,
-                "resource": {
-                    "prefect.resource.id": f"handoff.check.{probe}",
-                    "handoff.service": service_key(spec.namespace, spec.service),
-                },
-                "payload": {"spec": spec.name},
-            }
-        ],
-    )
-    wait_visible(api, probe)
 
 
 def _tag_run(spec: HandoffSpec) -> None:

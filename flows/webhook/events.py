@@ -21,6 +21,7 @@ import httpx
 from pydantic import BaseModel
 
 MERGE_EVENT = "handoff.merge"
+PROBE_EVENT = "handoff.probe"
 RESOURCE_PREFIX = "handoff.spec."
 SERVICE_LABEL = "handoff.service"
 # Namespace of the uuid5 event ids; fixed so every relay derives the same id.
@@ -145,12 +146,25 @@ def read_merge_events(api_url: str, *, namespace: str, service: str) -> list[Rec
     return sorted(found, key=ReceivedMerge.order)
 
 
-def wait_visible(api_url: str, event_id: uuid.UUID, *, deadline_s: float = 60.0) -> float:
-    """Poll until the event can be read back; return the seconds it took.
+def wait_persisted(api_url: str, *, about: dict[str, str] | None = None) -> float:
+    """Emit a probe event and wait until it is readable; return the seconds that took.
 
     Prefect persists events in batches (every few seconds), in the order it got them:
-    once an event is readable, every event received before it is readable too.
+    once the probe is readable, every event received before it is readable too.
     """
+    probe = uuid.uuid4()
+    event = {
+        "id": str(probe),
+        "occurred": dt.datetime.now(dt.UTC).isoformat(),
+        "event": PROBE_EVENT,
+        "resource": {"prefect.resource.id": f"handoff.probe.{probe}", **(about or {})},
+    }
+    emit_events(api_url, [event])
+    return wait_visible(api_url, probe)
+
+
+def wait_visible(api_url: str, event_id: uuid.UUID, *, deadline_s: float = 60.0) -> float:
+    """Poll until the event can be read back; return the seconds it took."""
     started = time.monotonic()
     since = dt.datetime.now(dt.UTC) - dt.timedelta(hours=1)
     query = {"filter": {"id": {"id": [str(event_id)]}, "occurred": {"since": since.isoformat()}}}

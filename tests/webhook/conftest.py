@@ -1,0 +1,46 @@
+"""Fixtures for the relay tests: one Prefect server for the session, a spec repository
+and a running relay per test."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from flows.webhook.app import RelaySettings
+from sandbox import procs
+from tests.webhook.servers import PrefectServer, running_relay, start_prefect
+from tests.webhook.specrepo import SpecRepo, make_spec_repo
+
+SECRET = "correct horse battery staple"
+
+
+@pytest.fixture(scope="session")
+def prefect(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrefectServer]:
+    server = start_prefect(tmp_path_factory.mktemp("prefect"))
+    yield server
+    procs.stop(server.process)
+
+
+@pytest.fixture
+def spec_repo(tmp_path: Path) -> SpecRepo:
+    return make_spec_repo(tmp_path / "repo", ["alpha", "beta"])
+
+
+@pytest.fixture
+def settings(prefect: PrefectServer, spec_repo: SpecRepo, tmp_path: Path) -> RelaySettings:
+    return RelaySettings(
+        secret=SECRET.encode(),
+        specs_dir=spec_repo.specs_dir,
+        repo_root=spec_repo.work,
+        prefect_api_url=prefect.api_url,
+        state_dir=tmp_path / "relay-state",
+        max_body_bytes=64 * 1024,
+    )
+
+
+@pytest.fixture
+def relay(settings: RelaySettings) -> Iterator[str]:
+    with running_relay(settings) as url:
+        yield url

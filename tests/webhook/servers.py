@@ -1,0 +1,106 @@
+"""Real servers for the relay, trigger and UI tests, all on 127.0.0.1.
+
+A Prefect server process (`prefect server start`, SQLite, its UI told its own API
+address so a browser can use it) and the relay app served by uvicorn in a thread.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+import uvicorn
+from pydantic import BaseModel
+
+from flows.webhook.app import RelaySettings, create_app
+from sandbox import prefect_server, procs
+
+
+class PrefectServer(BaseModel):
+    api_url: str
+    ui_url: str
+    home: Path
+    process: procs.ProcessRecord
+
+
+def start_prefect(run_dir: Path) -> PrefectServer:
+    port = procs.free_port()
+    api = f"http://127.0.0.1:{port}/api"
+    env = {
+        **prefect_server.server_env(run_dir),
+        "PREFECT_UI_API_URL": api,
+        # events become readable within half a second instead of five
+        "PREFECT_SERVER_SERVICES_EVENT_PERSISTER_FLUSH_INTERVAL": "0.5",
+    }
+    argv = [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1"]
+    record = procs.spawn(
+        "prefect-server", [*argv, "--port", str(port)], run_dir / "prefect.log", env=env
+    )
+    try:
+        prefect_server.wait_healthy(record, api)
+    except BaseException:
+        procs.stop(record)
+        raise
+    return PrefectServer(
+        api_url=api, ui_url=api.removesuffix("/api"), home=run_dir / "prefect", process=record
+    )
+
+
+@contextmanager
+def running_relay(settings: RelaySettings) -> Iterator[str]:
+    """Serve the relay on a free loopback port; yield its hook URL."""
+    sock = socket.create_server(("127.0.0.1", 0))
+    server = uvicorn.Server(uvicorn.Config(create_app(settings), log_level="warning"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started:
+        if time.monotonic() > deadline or not thread.is_alive():
+            raise RuntimeError("the relay did not start within 20 s")
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}/hooks/git"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+        sock.close()
+
+
+@contextmanager
+def relay_process(
+    *, specs_dir: Path, api_url: str, secret: str, state_dir: Path, log: Path
+) -> Iterator[str]:
+    """`handoff webhook serve` as its own process; yield its hook URL."""
+    port = procs.free_port()
+    argv = [
+        *(sys.executable, "-m", "flows.cli", "webhook", "serve", "--secret-env"),
+        *("HANDOFF_TEST_WEBHOOK_SECRET", "--port", str(port), "--specs-dir", str(specs_dir)),
+        *("--state-dir", str(state_dir), "--prefect-api-url", api_url),
+    ]
+    env = {**os.environ, "HANDOFF_TEST_WEBHOOK_SECRET": secret}
+    record = procs.spawn("relay", argv, log, env=env)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        _wait_http(f"{base}/healthz", record)
+        yield f"{base}/hooks/git"
+    finally:
+        procs.stop(record)
+
+
+def _wait_http(url: str, record: procs.ProcessRecord, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and procs.is_alive(record):
+        try:
+            if httpx.get(url, timeout=1.0).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.2)
+    raise RuntimeError(f"{url} not answering; log:\n{procs.log_tail(record.log)}")
