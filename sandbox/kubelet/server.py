@@ -96,6 +96,8 @@ class _Handler:
                 await http.send_text(writer, 400, str(exc))
         except (ConnectionError, ssl.SSLError):
             pass  # the peer went away; nothing to answer
+        except asyncio.CancelledError:
+            pass  # stop(): end quietly (asyncio logs a cancelled connection callback)
         finally:
             writer.close()
 

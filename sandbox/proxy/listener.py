@@ -60,6 +60,8 @@ class ServiceListener:
                 _reset(writer)
                 return
             await splice((reader, writer), upstream)
+        except asyncio.CancelledError:
+            pass  # abort(): end quietly (asyncio logs a cancelled connection callback)
         finally:
             self._connections.discard(task)
             writer.close()
