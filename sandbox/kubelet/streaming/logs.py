@@ -28,14 +28,20 @@ class LogsUnavailable(ValueError):
     """The request cannot be answered from this file; the kubelet answers 400."""
 
 
-def _cri_time(raw: bytes) -> dt.datetime | None:
-    match = _CRI_LINE.fullmatch(raw.rstrip(b"\n"))
-    if match is None:
-        return None
+def _cri_time(stamp: bytes) -> dt.datetime | None:
     try:
-        return dt.datetime.fromisoformat(match.group(1).decode().replace("Z", "+00:00"))
+        return dt.datetime.fromisoformat(stamp.decode().replace("Z", "+00:00"))
     except ValueError:
         return None
+
+
+def _parse_cri(raw: bytes) -> tuple[bytes, dt.datetime, bytes, bytes] | None:
+    """(timestamp as written, its time, tag P/F, text) of a CRI log line, or None."""
+    match = _CRI_LINE.fullmatch(raw.rstrip(b"\n"))
+    time = _cri_time(match.group(1)) if match else None
+    if match is None or time is None:
+        return None
+    return match.group(1), time, match.group(2), match.group(3)
 
 
 def tail_offset(f: BinaryIO, lines: int) -> int:
@@ -74,12 +80,11 @@ class _Writer:
         if self.exhausted:
             return
         if self._cri:
-            match = _CRI_LINE.fullmatch(raw.rstrip(b"\n"))
-            if match is None:
+            parsed = _parse_cri(raw)
+            if parsed is None:
                 return  # the kubelet skips lines it cannot parse
-            stamp, tag, text = match.groups()
-            time = _cri_time(raw)
-            if self._opts.since is not None and (time is None or time < self._opts.since):
+            stamp, time, tag, text = parsed
+            if self._opts.since is not None and time < self._opts.since:
                 return
             raw = text + (b"\n" if tag == b"F" else b"")
             raw = stamp + b" " + raw if self._opts.timestamps else raw
@@ -91,7 +96,7 @@ class _Writer:
 def _first_line_is_cri(f: BinaryIO) -> bool:
     first = f.readline()
     f.seek(0)
-    return bool(first) and _cri_time(first) is not None
+    return _parse_cri(first) is not None
 
 
 async def stream_log(
