@@ -1,4 +1,5 @@
-"""Handoff history: the records kept on Services (annotation), newest last."""
+"""Handoff history: the records kept on Services (annotation) merged with the
+handoff runs Prefect knows (flows/prefect_history.py), oldest first."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from typing import Any
 
 from flows.kube.client import connect, mapped
 from flows.ledger import HISTORY_ANNOTATION, history_entries
+from flows.prefect_history import with_prefect_runs
 
 
 def collect_history(
@@ -25,4 +27,5 @@ def collect_history(
         ]
     finally:
         kube.close()
-    return sorted(entries, key=lambda e: e.get("finished_at", ""))
+    names = [s.metadata.name for s in services if service in (None, s.metadata.name)]
+    return with_prefect_runs(sorted(entries, key=lambda e: e.get("finished_at", "")), names)

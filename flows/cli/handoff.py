@@ -138,7 +138,8 @@ def history(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
     kubeconfig: KubeconfigOpt = None,
 ) -> None:
-    """Past handoffs: outcome, strategy, image, gates, approver, cause, durations."""
+    """Past handoffs: trigger, outcome, strategy, image, gates, approver, cause, durations
+    (from the Services, and from Prefect's runs when PREFECT_API_URL answers)."""
     from flows.errors import HandoffError
     from flows.history import collect_history
 
@@ -150,14 +151,25 @@ def history(
         typer.echo(json.dumps(entries, indent=2))
         return
     table = Table(
-        "finished", "service", "spec", "outcome", "strategy", "approver", "image", "gates", "cause"
+        "finished",
+        "service",
+        "spec",
+        "trigger",
+        "outcome",
+        "strategy",
+        "approver",
+        "image",
+        "gates",
+        "cause",
     )
     for e in entries:
+        trigger = e.get("trigger") or {}
         table.add_row(
-            e.get("finished_at", ""),
-            e.get("service", ""),
-            e.get("spec", ""),
-            e.get("outcome", ""),
+            e.get("finished_at") or "",
+            e.get("service") or "",
+            e.get("spec") or "",
+            (trigger.get("merge_commit") or "")[:12] or trigger.get("source", ""),
+            e.get("outcome") or "",
             e.get("strategy") or "",
             e.get("approver") or "",
             (e.get("image") or "").split("/")[-1][:40],
