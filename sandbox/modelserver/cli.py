@@ -34,6 +34,9 @@ def model_server(
         float | None, typer.Option(help="interval of the cadence profile")
     ] = None,
     realtime: Annotated[bool, typer.Option(help="SCHED_FIFO pacing threads if permitted")] = True,
+    print_config: Annotated[
+        bool, typer.Option(help="print the resolved configuration as JSON and exit")
+    ] = False,
 ) -> None:
     """Run a simulated model server; prints `listening on http://HOST:PORT` once it serves."""
     from pydantic import ValidationError
@@ -59,4 +62,7 @@ def model_server(
         )
     except ValidationError as exc:
         raise typer.BadParameter(str(exc)) from exc
+    if print_config:
+        typer.echo(config.model_dump_json())
+        return
     serve(config)

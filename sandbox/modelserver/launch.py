@@ -18,9 +18,14 @@ BANNER = "listening on "
 
 @dataclass
 class ServerProcess:
+    config: ServerConfig
     proc: subprocess.Popen[str]
-    base_url: str
+    base_url: str = ""
     stderr_lines: list[str] = field(default_factory=list)
+
+    @property
+    def stderr(self) -> str:
+        return "".join(self.stderr_lines)
 
     def terminate(self, timeout_s: float = 30.0) -> int:
         """SIGTERM (graceful drain), then wait; SIGKILL if it outlives `timeout_s`."""
@@ -34,7 +39,10 @@ class ServerProcess:
 
 
 class ServerStartError(RuntimeError):
-    pass
+    def __init__(self, message: str, *, exit_code: int, stderr: str) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+        self.stderr = stderr
 
 
 def start(config: ServerConfig, *, timeout_s: float = 60.0) -> ServerProcess:
@@ -42,7 +50,7 @@ def start(config: ServerConfig, *, timeout_s: float = 60.0) -> ServerProcess:
     proc = subprocess.Popen(
         cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=os.environ.copy()
     )
-    server = ServerProcess(proc, base_url="")
+    server = ServerProcess(config, proc)
     collector = threading.Thread(target=_collect, args=(proc, server.stderr_lines), daemon=True)
     collector.start()
     timer = threading.Timer(timeout_s, proc.kill)
@@ -57,7 +65,9 @@ def start(config: ServerConfig, *, timeout_s: float = 60.0) -> ServerProcess:
         raise ServerStartError(
             f"model server {config.profile!r} did not start (expected {BANNER!r} on stdout "
             f"within {timeout_s} s, got {line!r}, exit code {code}); stderr: "
-            f"{''.join(server.stderr_lines)[-2000:]}"
+            f"{server.stderr[-2000:]}",
+            exit_code=code,
+            stderr=server.stderr,
         )
     server.base_url = line.removeprefix(BANNER).strip()
     return server

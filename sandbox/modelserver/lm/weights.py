@@ -120,7 +120,7 @@ def _prior_table(rng: np.random.Generator) -> Array:
         successors = rng.choice(EMITTABLE[:-1], size=len(PRIOR_LEVELS), replace=False)
         table[prev, successors] = PRIOR_LEVELS
     table[:, EOS_ID] = PRIOR_REST - 1.0
-    # A line or sentence end is where a generation may stop, so EOS competes there.
-    table[ord("\n"), EOS_ID] = PRIOR_LEVELS[1]
-    table[ord("."), EOS_ID] = PRIOR_LEVELS[2]
+    # A sentence end is where a generation may stop, so EOS competes there. (Not after a
+    # newline: the chat template ends with one, and chats would often end at once.)
+    table[ord("."), EOS_ID] = PRIOR_LEVELS[1]
     return to_fp16_grid(table)
