@@ -8,6 +8,7 @@ from pathlib import Path
 
 from gates import api
 from gates.collect import collect_outputs
+from gates.errors import GoldenError
 from gates.golden_format import Golden, GoldenSettings
 from gates.prompts import load_prompts
 
@@ -18,13 +19,31 @@ def record_golden(
     url: str,
     prompts_file: Path,
     *,
+    reference_file: Path | None = None,
     model_id: str | None = None,
     settings: GoldenSettings | None = None,
 ) -> Golden:
-    """Greedy outputs, teacher-forced logprobs, probes and heads of the server at `url`."""
-    base = settings or GoldenSettings()
-    settings = base.model_copy(update={"prompts": load_prompts(prompts_file)})
+    """Greedy outputs, teacher-forced logprobs, probes and heads of the server at `url`.
+
+    `reference_file` holds the text scored with teacher forcing (and fed to the probes and
+    heads); without it, a built-in passage is used.
+    """
+    update: dict[str, object] = {"prompts": load_prompts(prompts_file)}
+    if reference_file is not None:
+        text = read_reference(reference_file)
+        update |= {"reference_text": text, "probe_prompt": text}
+    settings = (settings or GoldenSettings()).model_copy(update=update)
     return asyncio.run(record_golden_async(url, model_id=model_id, settings=settings))
+
+
+def read_reference(path: Path) -> str:
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise GoldenError(f"cannot read the reference text {path}: {exc}") from exc
+    if not text.strip():
+        raise GoldenError(f"the reference text {path} is empty; teacher forcing needs text")
+    return text
 
 
 async def record_golden_async(

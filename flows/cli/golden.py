@@ -15,6 +15,9 @@ def record(
     url: Annotated[str, typer.Option(help="reference server, e.g. http://127.0.0.1:8080")],
     prompts: Annotated[Path, typer.Option(help="JSON Lines prompt set")],
     out: Annotated[Path, typer.Option(help="golden file to write")],
+    reference: Annotated[
+        Path | None, typer.Option(help="text scored with teacher forcing (default: built-in)")
+    ] = None,
     model: Annotated[str | None, typer.Option(help="model id (default: first listed)")] = None,
     max_tokens: Annotated[int, typer.Option(help="tokens per prompt")] = 32,
     top_k: Annotated[int, typer.Option(help="logprobs recorded per position")] = 8,
@@ -28,6 +31,7 @@ def record(
         golden = record_golden(
             url,
             prompts,
+            reference_file=reference,
             model_id=model,
             settings=GoldenSettings(max_tokens=max_tokens, top_k=top_k),
         )

@@ -13,8 +13,13 @@ from tests.gates.servers import ModelServer, start_server
 
 REPO = Path(__file__).resolve().parents[2]
 PARITY_PROMPTS = REPO / "manifests" / "prompts" / "parity.jsonl"
+REFERENCE_TEXT = REPO / "manifests" / "prompts" / "reference.txt"
 
 StartServer = Callable[..., ModelServer]
+# Parity compares numbers, not timing: run the clef-flash servers at a twentieth of their time.
+FAST = ("--time-scale", "0.05")
+# Latency tests halve every simulated duration, on both sides alike, to stay short.
+HALF_TIME = ("--time-scale", "0.5")
 
 
 @pytest.fixture(scope="session")
@@ -56,5 +61,5 @@ def fresh_server(tmp_path: Path) -> Iterator[StartServer]:
 @pytest.fixture(scope="session")
 def clef_golden(model_server: StartServer) -> Golden:
     """Golden outputs recorded from the fp32 reference (clef-flash on pytorch)."""
-    reference = model_server("clef-flash-pytorch")
-    return record_golden(reference.url, PARITY_PROMPTS)
+    reference = model_server("clef-flash-pytorch", *FAST)
+    return record_golden(reference.url, PARITY_PROMPTS, reference_file=REFERENCE_TEXT)

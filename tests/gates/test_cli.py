@@ -10,13 +10,13 @@ from typer.testing import CliRunner
 
 from flows.cli import app
 from gates.golden_format import Golden
-from tests.gates.conftest import PARITY_PROMPTS, StartServer
+from tests.gates.conftest import FAST, HALF_TIME, PARITY_PROMPTS, REFERENCE_TEXT, StartServer
 
 runner = CliRunner()
 
 
 def test_golden_record_then_parity_pass_and_fail(model_server: StartServer, tmp_path: Path) -> None:
-    reference = model_server("clef-flash-pytorch")
+    reference = model_server("clef-flash-pytorch", *FAST)
     golden_file = tmp_path / "clef-flash.json"
     recorded = runner.invoke(
         app,
@@ -27,24 +27,27 @@ def test_golden_record_then_parity_pass_and_fail(model_server: StartServer, tmp_
             reference.url,
             "--prompts",
             str(PARITY_PROMPTS),
+            "--reference",
+            str(REFERENCE_TEXT),
             "--out",
             str(golden_file),
         ],
     )
     assert recorded.exit_code == 0, recorded.output
     golden = Golden.load(golden_file)
+    assert golden.settings.reference_text == REFERENCE_TEXT.read_text()
     assert golden.model_id == "clef-flash" and golden.outputs.completions
     shown = runner.invoke(app, ["golden", "show", str(golden_file)])
     assert "handoff.golden/v1" in shown.output
 
-    good = model_server("clef-flash-candle")
+    good = model_server("clef-flash-candle", *FAST)
     passed = runner.invoke(
         app, ["gate", "parity", "--url", good.url, "--golden", str(golden_file), "--json"]
     )
     assert passed.exit_code == 0, passed.output
     assert json.loads(passed.output)["passed"] is True
 
-    broken = model_server("clef-flash-candle", "--fault", "zero_key_band")
+    broken = model_server("clef-flash-candle", *FAST, "--fault", "zero_key_band")
     failed = runner.invoke(
         app, ["gate", "parity", "--url", broken.url, "--golden", str(golden_file)]
     )
@@ -53,7 +56,7 @@ def test_golden_record_then_parity_pass_and_fail(model_server: StartServer, tmp_
 
 
 def test_smoke_exit_codes(model_server: StartServer) -> None:
-    server = model_server("clef-flash-candle")
+    server = model_server("clef-flash-candle", *FAST)
     ok = runner.invoke(app, ["gate", "smoke", "--url", server.url, "--model", "clef-flash"])
     assert ok.exit_code == 0, ok.output
     wrong = runner.invoke(app, ["gate", "smoke", "--url", server.url, "--model", "other"])
@@ -77,7 +80,7 @@ def test_missing_golden_file_is_an_error(tmp_path: Path) -> None:
 
 
 def test_latency_settings_file_and_json(model_server: StartServer, tmp_path: Path) -> None:
-    server = model_server("gptq-30b-a3b-tp1", "--time-scale", "0.5")
+    server = model_server("gptq-30b-a3b-tp1", *HALF_TIME)
     settings = tmp_path / "latency.yaml"
     settings.write_text(
         "levels: [2]\nmax_tokens: 4\nrounds: 1\nmin_requests_per_round: 6\nslo: {tpot_ms: 1000}\n"

@@ -10,15 +10,16 @@ import pytest
 
 from gates.latency import run_latency
 from gates.settings import LatencySettings
-from tests.gates.conftest import StartServer
+from tests.gates.conftest import HALF_TIME, StartServer
 
 PROFILE = "gptq-30b-a3b-tp1"
-HALF_TIME = ("--time-scale", "0.5")  # every simulated duration halved, for both sides alike
+# Four short rounds a side: a burst of load from other work on the machine lands in one round
+# of one side, and finely interleaved rounds keep it from shifting a whole sample.
 SMALL = LatencySettings(
     levels=[1, 4],
     max_tokens=16,
-    rounds=2,
-    min_requests_per_round=4,
+    rounds=4,
+    min_requests_per_round=2,
     bootstrap_resamples=500,
     read_timeout_s=10,
 )
@@ -44,15 +45,21 @@ def test_twenty_percent_slower_candidate_fails(model_server: StartServer) -> Non
     assert one["tpot"].outcome == "regressed"
     assert one["tpot"].ratio == pytest.approx(1.2, rel=0.03)
     # at 4 streams prefill steps interleave with decode, so per-request TPOT is bimodal and
-    # 8 requests a side pin its median loosely; closed-loop throughput still shows the loss
+    # 8 requests a side pin its median only loosely: the estimates must still show the loss
     assert four["tpot"].ratio == pytest.approx(1.2, rel=0.1)
-    assert four["throughput"].outcome == "regressed"
+    assert four["throughput"].ratio == pytest.approx(1 / 1.2, rel=0.1)
 
 
 def test_stalled_streams_are_recorded_and_fail_the_gate(fresh_server: StartServer) -> None:
     candidate = fresh_server(PROFILE, *HALF_TIME, "--fault", "stall", "--stall-after-tokens", "3")
     settings = SMALL.model_copy(
-        update={"levels": [2], "rounds": 1, "read_timeout_s": 1.0, "warmup_requests_per_stream": 0}
+        update={
+            "levels": [2],
+            "rounds": 1,
+            "min_requests_per_round": 4,
+            "read_timeout_s": 1.0,
+            "warmup_requests_per_stream": 0,
+        }
     )
     result = run_latency(candidate.url, None, settings)
     assert result.passed is False

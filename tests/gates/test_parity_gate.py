@@ -6,13 +6,13 @@ from __future__ import annotations
 
 from gates.golden_format import Golden
 from gates.parity import run_parity
-from tests.gates.conftest import StartServer
+from tests.gates.conftest import FAST, StartServer
 
 
 def test_fp16_candidate_passes_against_fp32_golden(
     clef_golden: Golden, model_server: StartServer
 ) -> None:
-    candidate = model_server("clef-flash-candle")
+    candidate = model_server("clef-flash-candle", *FAST)
     result = run_parity(candidate.url, clef_golden)
     assert result.passed, result.markdown()
     figures = result.figures
@@ -25,7 +25,7 @@ def test_fp16_candidate_passes_against_fp32_golden(
 def test_zero_key_band_fails_and_names_the_first_divergence(
     clef_golden: Golden, model_server: StartServer
 ) -> None:
-    candidate = model_server("clef-flash-candle", "--fault", "zero_key_band")
+    candidate = model_server("clef-flash-candle", *FAST, "--fault", "zero_key_band")
     result = run_parity(candidate.url, clef_golden)
     assert result.passed is False
     diverged = [p for p in result.figures.prompts if p.divergence and not p.passed]
@@ -46,7 +46,7 @@ def test_changed_probe_beyond_tolerance_fails(
     probes["beta"] *= 1.05  # the candidate's beta is now 4.8 % off: beyond 1e-2
     outputs = clef_golden.outputs.model_copy(update={"probes": probes})
     golden = clef_golden.model_copy(update={"outputs": outputs})
-    candidate = model_server("clef-flash-candle")
+    candidate = model_server("clef-flash-candle", *FAST)
     result = run_parity(candidate.url, golden)
     assert result.passed is False
     assert any(e.startswith("probe beta:") for e in result.evidence), result.evidence

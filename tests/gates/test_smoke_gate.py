@@ -6,11 +6,11 @@ from __future__ import annotations
 import socket
 
 from gates.smoke import run_smoke
-from tests.gates.conftest import StartServer
+from tests.gates.conftest import FAST, StartServer
 
 
 def test_passes_a_server_that_lists_the_model_and_answers(model_server: StartServer) -> None:
-    server = model_server("clef-flash-candle")
+    server = model_server("clef-flash-candle", *FAST)
     result = run_smoke(server.url, model_id="clef-flash", deadline_s=30)
     assert result.passed, result.reason
     assert result.figures.output_text
@@ -18,7 +18,7 @@ def test_passes_a_server_that_lists_the_model_and_answers(model_server: StartSer
 
 
 def test_fails_a_server_that_runs_another_model(model_server: StartServer) -> None:
-    server = model_server("clef-flash-candle")
+    server = model_server("clef-flash-candle", *FAST)
     result = run_smoke(server.url, model_id="coder-14b-fp16", deadline_s=30)
     assert result.passed is False
     assert "expected 'coder-14b-fp16'" in result.reason
