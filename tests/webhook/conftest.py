@@ -9,18 +9,17 @@ from pathlib import Path
 import pytest
 
 from flows.webhook.app import RelaySettings
-from sandbox import procs
-from tests.webhook.servers import PrefectServer, running_relay, start_prefect
+from tests.webhook.servers import PrefectServer, running_relay, shared_prefect
 from tests.webhook.specrepo import SpecRepo, make_spec_repo
 
 SECRET = "correct horse battery staple"
 
 
 @pytest.fixture(scope="session")
-def prefect(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrefectServer]:
-    server = start_prefect(tmp_path_factory.mktemp("prefect"))
-    yield server
-    procs.stop(server.process)
+def prefect(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> PrefectServer:
+    return shared_prefect(request, tmp_path_factory.mktemp("prefect"))
 
 
 @pytest.fixture

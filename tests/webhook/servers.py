@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
+import pytest
 import uvicorn
 from pydantic import BaseModel
 
@@ -51,6 +52,20 @@ def start_prefect(run_dir: Path) -> PrefectServer:
     return PrefectServer(
         api_url=api, ui_url=api.removesuffix("/api"), home=run_dir / "prefect", process=record
     )
+
+
+_shared: PrefectServer | None = None
+
+
+def shared_prefect(request: pytest.FixtureRequest, base: Path) -> PrefectServer:
+    """One Prefect server for the whole test session, whichever directory asks first;
+    stopped when the session ends."""
+    global _shared
+    if _shared is None or not procs.is_alive(_shared.process):
+        _shared = start_prefect(base)
+        record = _shared.process
+        request.config.add_cleanup(lambda: procs.stop(record))
+    return _shared
 
 
 @contextmanager

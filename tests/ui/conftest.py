@@ -1,0 +1,14 @@
+"""The Prefect server (with its UI) shared with the relay tests."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.webhook.servers import PrefectServer, shared_prefect
+
+
+@pytest.fixture(scope="session")
+def prefect(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> PrefectServer:
+    return shared_prefect(request, tmp_path_factory.mktemp("prefect"))
