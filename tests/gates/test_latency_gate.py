@@ -17,7 +17,7 @@ PROFILE = "gptq-30b-a3b-tp1"
 # of one side, and finely interleaved rounds keep it from shifting a whole sample.
 SMALL = LatencySettings(
     levels=[1, 4],
-    max_tokens=16,
+    max_tokens=12,
     rounds=4,
     min_requests_per_round=2,
     bootstrap_resamples=500,
