@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -29,7 +30,13 @@ class StreamResult:
     error: str = ""
 
 
-async def stream(base_url: str, path: str, body: dict[str, Any]) -> StreamResult:
+OnEvent = Callable[[StreamResult], None]
+
+
+async def stream(
+    base_url: str, path: str, body: dict[str, Any], *, on_event: OnEvent | None = None
+) -> StreamResult:
+    """One streamed request; `on_event` sees the result so far after every SSE event."""
     url = urlsplit(base_url)
     reader, writer = await asyncio.open_connection(url.hostname, url.port)
     try:
@@ -37,12 +44,12 @@ async def stream(base_url: str, path: str, body: dict[str, Any]) -> StreamResult
         head = f"POST {path} HTTP/1.1\r\nhost: {url.netloc}\r\ncontent-type: application/json\r\n"
         head += f"content-length: {len(payload)}\r\nconnection: close\r\n\r\n"
         writer.write(head.encode() + payload)
-        return await _read_response(reader)
+        return await _read_response(reader, on_event)
     finally:
         writer.close()
 
 
-async def _read_response(reader: asyncio.StreamReader) -> StreamResult:
+async def _read_response(reader: asyncio.StreamReader, on_event: OnEvent | None) -> StreamResult:
     result = StreamResult()
     head = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1")
     result.status = int(head.split(" ", 2)[1])
@@ -55,6 +62,8 @@ async def _read_response(reader: asyncio.StreamReader) -> StreamResult:
         *events, pending = pending.split(b"\n\n")
         for event in events:
             _consume(result, event.decode())
+            if on_event is not None:
+                on_event(result)
     return result
 
 
@@ -78,10 +87,15 @@ def _consume(result: StreamResult, event: str) -> None:
 
 
 async def run_streams(
-    base_url: str, bodies: list[dict[str, Any]], *, path: str = "/v1/completions"
+    base_url: str,
+    bodies: list[dict[str, Any]],
+    *,
+    path: str = "/v1/completions",
+    on_event: OnEvent | None = None,
 ) -> list[StreamResult]:
     """Open one stream per body at once and wait for all of them."""
-    return list(await asyncio.gather(*(stream(base_url, path, body) for body in bodies)))
+    streams = (stream(base_url, path, body, on_event=on_event) for body in bodies)
+    return list(await asyncio.gather(*streams))
 
 
 def load_body(

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -71,6 +72,12 @@ def start(config: ServerConfig, *, timeout_s: float = 60.0) -> ServerProcess:
         )
     server.base_url = line.removeprefix(BANNER).strip()
     return server
+
+
+def start_all(configs: list[ServerConfig]) -> list[ServerProcess]:
+    """Start several servers at once (each start mostly waits on imports)."""
+    with ThreadPoolExecutor(max_workers=max(1, len(configs))) as pool:
+        return list(pool.map(start, configs))
 
 
 @contextmanager

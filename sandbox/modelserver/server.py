@@ -9,7 +9,6 @@ import asyncio
 import gc
 import socket
 import sys
-import time
 
 from sandbox.modelserver.api.errors import unframeable
 from sandbox.modelserver.api.generate import Runtime
@@ -55,7 +54,7 @@ async def _serve(config: ServerConfig, spec: ModelSpec, sock: socket.socket) -> 
     slow_start_ns = (
         config.slow_start_s * config.time_scale * 1e9 if config.has(Fault.slow_start) else 0
     )
-    lifecycle = Lifecycle(ready_at_ns=time.monotonic_ns() + int(slow_start_ns))
+    lifecycle = Lifecycle(cold_start_ns=int(slow_start_ns))
     engine = Engine(
         spec,
         make_policy(profile, scale=config.slowdown * config.time_scale),
@@ -79,11 +78,16 @@ async def _serve(config: ServerConfig, spec: ModelSpec, sock: socket.socket) -> 
             unframeable,
             begin_drain=lifecycle.begin_drain,
             drained=lambda: lifecycle.drained,
-            on_listening=lambda: print(f"listening on http://{host}:{port}", flush=True),
+            on_listening=lambda: _announce(lifecycle, f"http://{host}:{port}"),
         )
     finally:
         engine.stop()
         runtime.ground_truth.close()
+
+
+def _announce(lifecycle: Lifecycle, url: str) -> None:
+    lifecycle.listening()
+    print(f"listening on {url}", flush=True)
 
 
 def _quiet_gc() -> None:

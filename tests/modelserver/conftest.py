@@ -10,23 +10,27 @@ from typing import Any
 import pytest
 
 from sandbox.modelserver import ServerConfig
-from sandbox.modelserver.launch import ServerProcess, start
+from sandbox.modelserver.launch import ServerProcess, start_all
 
-StartServer = Callable[..., ServerProcess]
+StartServers = Callable[..., list[ServerProcess]]
 
 
 @pytest.fixture(scope="module")
-def start_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StartServer]:
-    """`start_server(profile=..., **config)`: a running server; `ground_truth=True` gives it
-    a fresh ground-truth file (its path is `server.ground_truth`)."""
+def start_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StartServers]:
+    """`start_servers(dict(profile=..., **config), ...)`: running servers, started in
+    parallel; `ground_truth=True` in a config gives that server a fresh ground-truth file."""
     started: list[ServerProcess] = []
 
-    def _start(*, ground_truth: bool = False, **fields: Any) -> ServerProcess:
-        if ground_truth:
-            fields["ground_truth"] = tmp_path_factory.mktemp("truth") / "truth.jsonl"
-        server = start(ServerConfig(port=0, **fields))
-        started.append(server)
-        return server
+    def _start(*configs: dict[str, Any]) -> list[ServerProcess]:
+        resolved = []
+        for fields in configs:
+            fields = dict(fields)
+            if fields.pop("ground_truth", False):
+                fields["ground_truth"] = tmp_path_factory.mktemp("truth") / "truth.jsonl"
+            resolved.append(ServerConfig(port=0, **fields))
+        servers = start_all(resolved)
+        started.extend(servers)
+        return servers
 
     yield _start
     for server in started:

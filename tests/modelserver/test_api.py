@@ -13,14 +13,14 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.modelserver.conftest import StartServer
+from tests.modelserver.conftest import StartServers
 
 PROMPT = "The candle-vllm pod reached Running but"
 
 
 @pytest.fixture(scope="module")
-def client(start_server: StartServer) -> Iterator[httpx.Client]:
-    server = start_server(profile="clef-flash-candle", keep_alive_ms=20.0)
+def client(start_servers: StartServers) -> Iterator[httpx.Client]:
+    [server] = start_servers({"profile": "clef-flash-candle", "keep_alive_ms": 20.0})
     with httpx.Client(base_url=server.base_url, timeout=30) as c:
         yield c
 

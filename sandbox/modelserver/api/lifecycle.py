@@ -14,10 +14,15 @@ from sandbox.modelserver.api.errors import ApiError
 
 
 class Lifecycle:
-    def __init__(self, *, ready_at_ns: int) -> None:
-        self.ready_at_ns = ready_at_ns
+    def __init__(self, *, cold_start_ns: int) -> None:
+        self.cold_start_ns = cold_start_ns
+        self.ready_at_ns = time.monotonic_ns() + cold_start_ns
         self.draining = False
         self.in_flight = 0
+
+    def listening(self) -> None:
+        """The cold start counts from when the server can first be asked."""
+        self.ready_at_ns = time.monotonic_ns() + self.cold_start_ns
 
     @property
     def status(self) -> str:

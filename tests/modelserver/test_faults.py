@@ -1,0 +1,71 @@
+"""The seeds' faults, each chosen by a flag: a panic at start with the cudarc message, a
+cold start during which /health (and every request) answers 503, and streams that stop
+mid-response and never finish while the server otherwise stays up."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import httpx
+import pytest
+
+from sandbox.modelserver import ServerConfig
+from sandbox.modelserver.drive import StreamResult, load_body, stream
+from sandbox.modelserver.faults import CUDARC_EXIT_CODE
+from sandbox.modelserver.launch import ServerStartError, start
+from tests.modelserver.conftest import StartServers
+
+SLOW_START_S = 2.0
+STALL_AFTER = 3
+
+
+def test_crash_on_start_panics_like_cudarc_without_libcuda() -> None:
+    with pytest.raises(ServerStartError) as caught:
+        start(ServerConfig(profile="fp16-14b-tp2", port=0, faults=["crash_on_start"]))
+    assert caught.value.exit_code == CUDARC_EXIT_CODE
+    assert "Unable to dynamically load the cuda shared library" in caught.value.stderr
+
+
+@pytest.fixture(scope="module")
+def faulty(start_servers: StartServers) -> dict[str, str]:
+    slow, stalling = start_servers(
+        {"profile": "cadence", "faults": ["slow_start"], "slow_start_s": SLOW_START_S},
+        {"profile": "cadence", "cadence_ms": 10.0, "faults": ["stall"]}
+        | {"stall_after_tokens": STALL_AFTER},
+    )
+    return {"slow": slow.base_url, "stall": stalling.base_url}
+
+
+def test_slow_start_answers_503_until_the_model_is_loaded(faulty: dict[str, str]) -> None:
+    with httpx.Client(base_url=faulty["slow"], timeout=10) as client:
+        first = client.get("/health")
+        refused = client.post("/v1/completions", json={"prompt": "x", "max_tokens": 1})
+        deadline = time.monotonic() + 10 * SLOW_START_S
+        while client.get("/health").status_code != 200:
+            assert time.monotonic() < deadline, "the server never became ready"
+            time.sleep(0.05)
+        served = client.post("/v1/completions", json={"prompt": "x", "max_tokens": 1})
+    assert first.status_code == 503 and first.json()["status"] == "starting"
+    assert refused.status_code == 503 and "loading" in refused.json()["error"]["message"]
+    assert served.status_code == 200
+
+
+def test_stall_stops_every_stream_mid_response(faulty: dict[str, str]) -> None:
+    partial = StreamResult()
+
+    def keep(result: StreamResult) -> None:
+        nonlocal partial
+        partial = result
+
+    async def read_for(seconds: float) -> None:
+        task = asyncio.create_task(
+            stream(faulty["stall"], "/v1/completions", load_body(max_tokens=20), on_event=keep)
+        )
+        done, _ = await asyncio.wait([task], timeout=seconds)
+        task.cancel()
+        assert not done, "a stalled stream finished"
+
+    asyncio.run(read_for(1.0))  # 100 cadence intervals: ample time for all 20 tokens
+    assert partial.token_events == STALL_AFTER and not partial.done
+    assert httpx.get(faulty["stall"] + "/health", timeout=10).status_code == 200
