@@ -85,8 +85,9 @@ class ServiceLease:
             except _HeldByResumable:
                 if time.monotonic() > deadline:
                     raise HandoffInProgress(
-                        f"Lease {self.namespace}/{self.name} is still renewed by {self.wait_for} "
-                        f"after {LEASE_S + 5} s: that run is alive; let it finish"
+                        f"Service {self.namespace}/{self.name.removeprefix('handoff-')} is "
+                        f"being handed off by {self.wait_for}: its Lease {self.name} was still "
+                        f"renewed after {LEASE_S + 5} s, so that run is alive; let it finish"
                     ) from None
                 time.sleep(1.0)
 
