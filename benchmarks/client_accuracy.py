@@ -3,8 +3,9 @@
 For each concurrency level, runs closed-loop load on the simulated `cadence` model server
 (which records the send time of every token, monotonic ns, same clock as `perf_counter_ns`)
 and prints, per level, client-minus-server errors:
-- per-gap ITL error, TPOT error and TTFT error (TTFT server side: first token − request
-  received), p50 and p99, in ms;
+- per-gap ITL error (`gap`: every gap; `gap2`: from the second gap on, since the first gap
+  also carries the first token's delivery delay), TPOT error and TTFT error (TTFT server
+  side: first token − request received), p50 and p99, in ms;
 - delivery lag: client arrival stamp − server send stamp of the same token;
 - client CPU seconds per 1000 tokens (this process only) and client queue time.
 
@@ -68,6 +69,7 @@ def errors_ms(record: RequestRecord, truth: dict) -> dict[str, list[float]] | No
     server_ttft = server[0] - truth["t_recv_ns"]
     return {
         "gap": list((np.diff(client) - np.diff(server)) / MS),
+        "gap2": list((np.diff(client[1:]) - np.diff(server[1:])) / MS),
         "tpot": [(metrics.tpot_ms or 0.0) - server_tpot / MS],
         "ttft": [(metrics.ttft_ns - server_ttft) / MS],
         "lag": list((client - server) / MS),
@@ -76,7 +78,9 @@ def errors_ms(record: RequestRecord, truth: dict) -> dict[str, list[float]] | No
 
 
 def summarise_level(level: LevelRun, truth: dict[str, dict]) -> dict[str, float]:
-    pooled: dict[str, list[float]] = {"gap": [], "tpot": [], "ttft": [], "lag": [], "queue": []}
+    pooled: dict[str, list[float]] = {
+        key: [] for key in ("gap", "gap2", "tpot", "ttft", "lag", "queue")
+    }
     matched = 0
     for record in level.run.records:
         found = errors_ms(record, truth.get(record.response_id or "", {}))
@@ -106,6 +110,8 @@ COLUMNS = [
     "failed",
     "gap_p50",
     "gap_p99",
+    "gap2_p50",
+    "gap2_p99",
     "tpot_p50",
     "tpot_p99",
     "ttft_p50",
