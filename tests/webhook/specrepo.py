@@ -91,18 +91,23 @@ def commit_files(work: Path, files: dict[str, str], message: str) -> str:
     return git(work, "rev-parse", "HEAD").strip()
 
 
+def install_hook(bare: Path, *, relay_url: str, secret: str) -> None:
+    """The post-receive hook, configured as its docstring says, posting to relay_url."""
+    shutil.copy(HOOK, bare / "hooks" / "post-receive")
+    secret_file = bare.parent / "webhook-secret"
+    secret_file.write_text(secret + "\n")
+    git(bare, "config", "handoff.relayUrl", relay_url)
+    git(bare, "config", "handoff.secretFile", str(secret_file))
+    git(bare, "config", "handoff.repository", "riotpiao-poimen/models")
+
+
 def with_hooked_remote(repo: SpecRepo, *, relay_url: str, secret: str) -> SpecRepo:
     """A bare remote holding main, with the post-receive hook posting to relay_url."""
     bare = repo.work.parent / "models.git"
     git(repo.work.parent, "init", "-q", "--bare", "-b", "main", str(bare))
     git(repo.work, "remote", "add", "origin", str(bare))
     git(repo.work, "push", "-q", "origin", "main")  # before the hook: no delivery
-    shutil.copy(HOOK, bare / "hooks" / "post-receive")
-    secret_file = repo.work.parent / "webhook-secret"
-    secret_file.write_text(secret + "\n")
-    git(bare, "config", "handoff.relayUrl", relay_url)
-    git(bare, "config", "handoff.secretFile", str(secret_file))
-    git(bare, "config", "handoff.repository", "riotpiao-poimen/models")
+    install_hook(bare, relay_url=relay_url, secret=secret)
     return repo.model_copy(update={"bare": bare})
 
 
