@@ -1,0 +1,107 @@
+"""prefect.yaml deployed for real: a models repository (a bare clone of this one) with
+the post-receive hook, the relay, `prefect --no-prompt deploy --all` and a process
+worker, all against one Prefect server; and the merges a person would push."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+
+from sandbox import procs
+from tests.webhook.specrepo import REPO, SpecRepo, git, merge_and_push
+
+POOL = "handoff-process"
+DEPLOYMENT = "handoff/handoff-on-merge"
+
+
+def models_repository(root: Path) -> SpecRepo:
+    """This repository's committed HEAD as the models repo people merge into."""
+    bare, work = root / "handoff.git", root / "work"
+    git(root, "clone", "-q", "--bare", str(REPO), str(bare))
+    git(root, "clone", "-q", str(bare), str(work))
+    git(work, "config", "user.email", "dev@example.invalid")
+    git(work, "config", "user.name", "dev")
+    return SpecRepo(work=work, bare=bare, namespace="", services={})
+
+
+def prefect_cli(api_url: str, *args: str, env: dict[str, str] | None = None) -> str:
+    result = subprocess.run(
+        [sys.executable, "-m", "prefect", *args],
+        cwd=REPO,
+        env={**os.environ, **(env or {}), "PREFECT_API_URL": api_url},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, f"prefect {' '.join(args)}:\n{result.stdout}\n{result.stderr}"
+    return result.stdout
+
+
+def deploy_all(api_url: str, repository: Path) -> str:
+    """Create the process pool and deploy prefect.yaml; the deployment's id."""
+    pools = prefect_cli(api_url, "work-pool", "ls")
+    if POOL not in pools:
+        prefect_cli(api_url, "work-pool", "create", POOL, "--type", "process")
+    prefect_cli(
+        api_url, "--no-prompt", "deploy", "--all", env={"HANDOFF_REPOSITORY": str(repository)}
+    )
+    response = httpx.get(f"{api_url}/deployments/name/{DEPLOYMENT}", timeout=30)
+    response.raise_for_status()
+    return str(response.json()["id"])
+
+
+def remove_deployments(api_url: str) -> None:
+    """Deployments and their automations (automations outlive a deleted deployment)."""
+    found = httpx.post(f"{api_url}/automations/filter", json={}, timeout=30).json()
+    for automation in found:
+        if automation["name"].startswith("handoff-on-merge"):
+            httpx.delete(f"{api_url}/automations/{automation['id']}", timeout=30)
+    for name in (DEPLOYMENT, f"{DEPLOYMENT}-kubernetes"):
+        response = httpx.get(f"{api_url}/deployments/name/{name}", timeout=30)
+        if response.status_code == 200:
+            httpx.delete(f"{api_url}/deployments/{response.json()['id']}", timeout=30)
+
+
+@contextmanager
+def worker(api_url: str, env: dict[str, str], log: Path) -> Iterator[procs.ProcessRecord]:
+    argv = [sys.executable, "-m", "prefect", "worker", "start", "--pool", POOL]
+    worker_env = {**env, "PREFECT_API_URL": api_url, "PREFECT_WORKER_QUERY_SECONDS": "2"}
+    record = procs.spawn("prefect-worker", argv, log, env=worker_env)
+    try:
+        yield record
+    finally:
+        procs.stop(record, grace_s=20)
+
+
+def merge_spec_change(
+    repo: SpecRepo, spec: str, edit: Callable[[dict[str, Any]], None], message: str
+) -> tuple[str, str]:
+    """Merge an edit of manifests/handoffs/<spec>.yaml into main and push it."""
+    path = f"manifests/handoffs/{spec}.yaml"
+    raw = yaml.safe_load((repo.work / path).read_text())
+    edit(raw)
+    return merge_and_push(repo, {path: yaml.safe_dump(raw)}, message)
+
+
+def delivery_of_push(output: str) -> str:
+    return output.split("delivery ")[1].split(":")[0]
+
+
+def wait_until(check: Any, *, timeout_s: float, what: str, every_s: float = 1.0) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
+        time.sleep(every_s)

@@ -1,0 +1,196 @@
+"""The daily path, end to end with real parts: a merge pushed to the models repository
+runs the post-receive hook → the relay → a Prefect event → the trigger of the deployment
+from prefect.yaml → a process worker → the handoff flow on the sandbox, which pauses
+for a person who approves it in the Prefect UI; the record names the merge, the
+delivery and the approver. Two merges in quick succession: only the newest is handed
+off, the older run stops before writing anything and says why."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prefect.client.schemas import filters
+from prefect.client.schemas.objects import FlowRun
+from pydantic import BaseModel
+
+from flows.kube.client import Kube
+from flows.ledger import history_entries, parse_ledger
+from tests.handoff.conftest import handoff_env, kube, seeded, service, world  # noqa: F401
+from tests.ui.browser import approve_in_ui, chromium
+from tests.webhook.conftest import SECRET
+from tests.webhook.deploy import (
+    deploy_all,
+    merge_spec_change,
+    models_repository,
+    remove_deployments,
+    wait_until,
+    worker,
+)
+from tests.webhook.runs import read_runs, state_of
+from tests.webhook.servers import PrefectServer, relay_process
+from tests.webhook.specrepo import SpecRepo, install_hook
+
+pytestmark = pytest.mark.slow
+SPEC = "coder-14b-fp16"
+FINAL = {"Completed", "Failed", "Cancelled", "Crashed"}
+
+
+class DailyPath(BaseModel):
+    repo: SpecRepo
+    deployment_id: str
+    root: Path
+
+
+@pytest.fixture(scope="module")
+def daily(
+    prefect: PrefectServer,
+    handoff_env: dict[str, str],  # noqa: F811
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[DailyPath]:
+    root = tmp_path_factory.mktemp("daily")
+    repo = models_repository(root)
+    with relay_process(
+        specs_dir=repo.specs_dir,
+        api_url=prefect.api_url,
+        secret=SECRET,
+        state_dir=root / "relay",
+        log=root / "relay.log",
+    ) as relay:
+        install_hook(repo.bare, relay_url=relay, secret=SECRET)  # type: ignore[arg-type]
+        deployment = deploy_all(prefect.api_url, repo.bare)  # type: ignore[arg-type]
+        try:
+            with worker(prefect.api_url, handoff_env, root / "worker.log"):
+                yield DailyPath(repo=repo, deployment_id=deployment, root=root)
+        finally:
+            remove_deployments(prefect.api_url)
+
+
+def into(namespace: str, approval_timeout_s: int) -> Any:
+    """A spec edit: the coder handoff in the test's namespace, with its latency SLO
+    relaxed (a shared machine); the approval timeout makes each merge different."""
+
+    def edit(raw: dict[str, Any]) -> None:
+        raw["namespace"] = namespace
+        raw["gates"]["latency"]["slo"] = {"tpot_ms": 500, "ttft_ms": 10000}
+        raw["approval"]["timeout_s"] = approval_timeout_s
+
+    return edit
+
+
+def runs_of(daily: DailyPath, prefect: PrefectServer, merge: str) -> list[FlowRun]:
+    deployment = filters.FlowRunFilterDeploymentId(any_=[uuid.UUID(daily.deployment_id)])
+    return [
+        r
+        for r in read_runs(prefect.api_url, deployment_id=deployment)
+        if (r.parameters.get("trigger") or {}).get("merge_commit") == merge
+    ]
+
+
+def approve_until_final(
+    daily: DailyPath, prefect: PrefectServer, merge: str, *, timeout_s: float = 600
+) -> tuple[FlowRun, list[str]]:
+    """Approve every pause of the merge's run in the UI until the run ends."""
+    answered: list[str] = []
+
+    def pending() -> FlowRun | None:
+        [run] = runs_of(daily, prefect, merge) or [None]
+        if run is None:
+            return None
+        paused = state_of(run) == "Paused" and run.state.state_details.pause_key not in answered
+        return run if paused or state_of(run) in FINAL else None
+
+    with chromium() as browser:
+        while True:
+            run = wait_until(pending, timeout_s=timeout_s, what=f"the run of merge {merge[:12]}")
+            if state_of(run) in FINAL:
+                return run, answered
+            key = run.state.state_details.pause_key
+            approve_in_ui(
+                browser,
+                f"{prefect.ui_url}/runs/flow-run/{run.id}",
+                approver="Ada Lovelace",
+                decision="approve",
+                reason=f"{key}: evidence reviewed",
+                screenshot=f"handoff-{key}.png",
+            )
+            answered.append(key)
+
+
+def history(namespace: str, env: dict[str, str], prefect: PrefectServer) -> list[dict[str, Any]]:
+    result = subprocess.run(
+        [sys.executable, "-m", "flows.cli", "history", "--namespace", namespace, "--json"],
+        env={**env, "PREFECT_API_URL": prefect.api_url},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)  # type: ignore[no-any-return]
+
+
+def test_a_merge_is_handed_off_after_approval_in_the_ui(
+    daily: DailyPath,
+    prefect: PrefectServer,
+    kube: Kube,  # noqa: F811
+    seeded: str,  # noqa: F811
+    handoff_env: dict[str, str],  # noqa: F811
+) -> None:
+    merge, pushed = merge_spec_change(daily.repo, SPEC, into(seeded, 600), "coder: 14B fp16")
+    assert '"outcome":"emitted"' in pushed and SPEC in pushed, pushed
+    delivery = pushed.split("delivery ")[1].split(":")[0]
+    run, answered = approve_until_final(daily, prefect, merge)
+    assert state_of(run) == "Completed", run.state
+    assert len(answered) == 2  # in place: the downtime, then the gates
+    assert run.parameters["spec_file"] == f"manifests/handoffs/{SPEC}.yaml"
+    assert "service:coder-predictor" in run.tags
+    svc = service(kube, seeded, "coder-predictor")
+    ledger = parse_ledger(svc.metadata.annotations)
+    assert ledger is not None and (ledger.phase, ledger.approver) == ("done", "Ada Lovelace")
+    record = history_entries(svc.metadata.annotations)[-1]
+    assert record["trigger"] == {
+        "source": "forgejo",
+        "delivery_id": delivery,
+        "merge_commit": merge,
+        "repository": "riotpiao-poimen/models",
+    }
+    [audit] = [
+        e for e in history(seeded, handoff_env, prefect) if e.get("flow_run_id") == str(run.id)
+    ]
+    assert audit["approver"] == "Ada Lovelace" and audit["trigger"]["merge_commit"] == merge
+    assert audit["prefect"]["state"] == "Completed"
+    assert audit["prefect"]["report"] == f"handoff {SPEC}: done"
+
+
+def test_two_quick_merges_hand_off_only_the_newest(
+    daily: DailyPath,
+    prefect: PrefectServer,
+    kube: Kube,  # noqa: F811
+    seeded: str,  # noqa: F811
+    handoff_env: dict[str, str],  # noqa: F811
+) -> None:
+    older, _ = merge_spec_change(daily.repo, SPEC, into(seeded, 601), "coder: first try")
+    newer, _ = merge_spec_change(daily.repo, SPEC, into(seeded, 602), "coder: second")
+    run, _ = approve_until_final(daily, prefect, newer)
+    assert state_of(run) == "Completed", run.state
+    [superseded] = wait_until(
+        lambda: [r for r in runs_of(daily, prefect, older) if state_of(r) in FINAL],
+        timeout_s=300,
+        what=f"the run of the older merge {older[:12]} to end",
+    )
+    assert state_of(superseded) == "Cancelled"
+    assert (
+        "superseded" in (superseded.state.message or "") and newer[:12] in superseded.state.message
+    )
+    records = history_entries(service(kube, seeded, "coder-predictor").metadata.annotations)
+    assert [r["trigger"]["merge_commit"] for r in records] == [newer]
+    audit = history(seeded, handoff_env, prefect)
+    assert [e["outcome"] for e in audit if e.get("flow_run_id") == str(superseded.id)] == [
+        "superseded"
+    ]
