@@ -7,6 +7,8 @@ and prints, per level, client-minus-server errors:
   also carries the first token's delivery delay), TPOT error and TTFT error (TTFT server
   side: first token − request received), p50 and p99, in ms;
 - delivery lag: client arrival stamp − server send stamp of the same token;
+- the server's own pacing: its gaps minus the cadence interval (`srv`), which tells a server
+  that falls behind from a client that does;
 - client CPU seconds per 1000 tokens (this process only) and client queue time.
 
     uv run python benchmarks/client_accuracy.py [--levels 1,16,64,256] [--max-tokens 64]
@@ -31,6 +33,7 @@ from gates.records import RequestRecord
 from tests.gates.servers import start_server
 
 MS = 1e6
+CADENCE_MS = 25.0  # the cadence profile's interval
 
 
 @dataclass(frozen=True)
@@ -70,6 +73,7 @@ def errors_ms(record: RequestRecord, truth: dict) -> dict[str, list[float]] | No
     return {
         "gap": list((np.diff(client) - np.diff(server)) / MS),
         "gap2": list((np.diff(client[1:]) - np.diff(server[1:])) / MS),
+        "srv": list(np.diff(server) / MS - CADENCE_MS),
         "tpot": [(metrics.tpot_ms or 0.0) - server_tpot / MS],
         "ttft": [(metrics.ttft_ns - server_ttft) / MS],
         "lag": list((client - server) / MS),
@@ -79,7 +83,7 @@ def errors_ms(record: RequestRecord, truth: dict) -> dict[str, list[float]] | No
 
 def summarise_level(level: LevelRun, truth: dict[str, dict]) -> dict[str, float]:
     pooled: dict[str, list[float]] = {
-        key: [] for key in ("gap", "gap2", "tpot", "ttft", "lag", "queue")
+        key: [] for key in ("gap", "gap2", "srv", "tpot", "ttft", "lag", "queue")
     }
     matched = 0
     for record in level.run.records:
@@ -112,6 +116,8 @@ COLUMNS = [
     "gap_p99",
     "gap2_p50",
     "gap2_p99",
+    "srv_p50",
+    "srv_p99",
     "tpot_p50",
     "tpot_p99",
     "ttft_p50",
