@@ -161,7 +161,15 @@ def main() -> None:
     parser.add_argument("--requests-per-stream", type=int, default=2)
     parser.add_argument("--url", help="use this running cadence server instead of starting one")
     parser.add_argument("--ground-truth", type=Path, help="its ground-truth file (with --url)")
+    parser.add_argument(
+        "--realtime",
+        action="store_true",
+        help="run the client under SCHED_FIFO (as the server's pacing threads run), so other "
+        "work on a shared machine does not delay its wake-ups",
+    )
     args = parser.parse_args()
+    if args.realtime:
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))
     levels = [int(level) for level in args.levels.split(",")]
     if args.url:
         runs, truth = run_levels(args.url, levels, args), read_truth(args.ground_truth)
