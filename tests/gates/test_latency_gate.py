@@ -50,8 +50,15 @@ def test_twenty_percent_slower_candidate_fails(model_server: StartServer) -> Non
     assert four["throughput"].ratio == pytest.approx(1 / 1.2, rel=0.1)
 
 
-def test_stalled_streams_are_recorded_and_fail_the_gate(fresh_server: StartServer) -> None:
-    candidate = fresh_server(PROFILE, *HALF_TIME, "--fault", "stall", "--stall-after-tokens", "3")
+@pytest.mark.parametrize(
+    "keep_alive", [(), ("--keep-alive-ms", "100")], ids=["silent", "candle-style keep-alives"]
+)
+def test_stalled_streams_are_recorded_and_fail_the_gate(
+    fresh_server: StartServer, keep_alive: tuple[str, ...]
+) -> None:
+    candidate = fresh_server(
+        PROFILE, *HALF_TIME, "--fault", "stall", "--stall-after-tokens", "3", *keep_alive
+    )
     settings = SMALL.model_copy(
         update={
             "levels": [2],
