@@ -9,7 +9,7 @@ V100s; the clef-flash and prefill figures for the 30B are plausible values, not 
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -54,68 +54,63 @@ def _ttft_fit(ttft_ms_1: float, ttft_ms_16: float) -> dict[str, float]:
     return {"prefill_fixed_ms": ttft_ms_1 - per_token * n, "prefill_ms_per_token": per_token}
 
 
-CADENCE_MS = 25.0
+class _Measured(NamedTuple):
+    """A continuous-batching profile's calibration: step time and mean TTFT at 1 and 16."""
 
-PROFILES: dict[str, Profile] = {
-    p.name: p
-    for p in [
-        # vLLM, GPTQ W4A16 MoE on one V100: 17.6 ms at 1 stream, 71.5 ms at 16.
-        Profile(
-            name="gptq-30b-a3b-tp1",
-            model_id="qwen3-coder-30b-a3b-gptq",
-            weights="coder",
-            precision="fp16",
-            step_ms_1=17.6,
-            step_ms_16=71.5,
-            **_ttft_fit(120.0, 600.0),
-            max_num_seqs=64,
-        ),
-        # candle-vllm, dense fp16 14B over two PCIe V100s: 27.9 -> 39.7 ms, TTFT 275 -> 1090 ms.
-        Profile(
-            name="fp16-14b-tp2",
-            model_id="coder-14b-fp16",
-            weights="coder",
-            precision="fp16",
-            step_ms_1=27.9,
-            step_ms_16=39.7,
-            **_ttft_fit(275.0, 1090.0),
-            max_num_seqs=32,
-        ),
-        # The clef-flash reference implementation (pytorch, fp32) and its candle-vllm port.
-        Profile(
-            name="clef-flash-pytorch",
-            model_id="clef-flash",
-            weights="clef",
-            precision="fp32",
-            step_ms_1=24.0,
-            step_ms_16=33.0,
-            **_ttft_fit(90.0, 400.0),
-            max_num_seqs=16,
-        ),
-        Profile(
-            name="clef-flash-candle",
-            model_id="clef-flash",
-            weights="clef",
-            precision="fp16",
-            step_ms_1=19.0,
-            step_ms_16=26.0,
-            **_ttft_fit(70.0, 300.0),
-            max_num_seqs=32,
-        ),
-        # Exactly one token per interval per stream, whatever the load: for calibrating clients.
-        Profile(
-            name="cadence",
-            model_id="cadence",
-            weights="coder",
-            precision="fp32",
-            batching="cadence",
-            step_ms_1=CADENCE_MS,
-            step_ms_16=CADENCE_MS,
-            prefill_fixed_ms=0.0,
-            prefill_ms_per_token=0.0,
-            max_num_seqs=1024,
-        ),
-    ]
-}
+    name: str
+    model_id: str
+    weights: Literal["coder", "clef"]
+    precision: Precision
+    step_ms: tuple[float, float]
+    ttft_ms: tuple[float, float]
+    max_num_seqs: int
+
+    def profile(self) -> Profile:
+        return Profile(
+            name=self.name,
+            model_id=self.model_id,
+            weights=self.weights,
+            precision=self.precision,
+            step_ms_1=self.step_ms[0],
+            step_ms_16=self.step_ms[1],
+            **_ttft_fit(*self.ttft_ms),
+            max_num_seqs=self.max_num_seqs,
+        )
+
+
+_BATCHED = [
+    # vLLM, GPTQ W4A16 MoE on one V100: 17.6 ms at 1 stream, 71.5 ms at 16 (seed).
+    _Measured(
+        "gptq-30b-a3b-tp1",
+        "qwen3-coder-30b-a3b-gptq",
+        "coder",
+        "fp16",
+        (17.6, 71.5),
+        (120.0, 600.0),
+        64,
+    ),
+    # candle-vllm, dense fp16 14B over two PCIe V100s: 27.9 -> 39.7 ms, TTFT 275 -> 1090 ms.
+    _Measured("fp16-14b-tp2", "coder-14b-fp16", "coder", "fp16", (27.9, 39.7), (275.0, 1090.0), 32),
+    # The clef-flash reference implementation (pytorch, fp32) and its candle-vllm port.
+    _Measured("clef-flash-pytorch", "clef-flash", "clef", "fp32", (24.0, 33.0), (90.0, 400.0), 16),
+    _Measured("clef-flash-candle", "clef-flash", "clef", "fp16", (19.0, 26.0), (70.0, 300.0), 32),
+]
+
+CADENCE_MS = 25.0
+# Exactly one token per interval per stream, whatever the load: for calibrating clients.
+_CADENCE = Profile(
+    name="cadence",
+    model_id="cadence",
+    weights="coder",
+    precision="fp32",
+    batching="cadence",
+    step_ms_1=CADENCE_MS,
+    step_ms_16=CADENCE_MS,
+    prefill_fixed_ms=0.0,
+    prefill_ms_per_token=0.0,
+    max_num_seqs=1024,
+)
+
+PROFILES: dict[str, Profile] = {p.name: p for p in [*(m.profile() for m in _BATCHED), _CADENCE]}
 
 WEIGHT_SEEDS = {"coder": 2, "clef": 1}

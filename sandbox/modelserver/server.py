@@ -50,39 +50,41 @@ def run_server(config: ServerConfig) -> None:
 
 
 async def _serve(config: ServerConfig, spec: ModelSpec, sock: socket.socket) -> None:
+    runtime = _runtime(config, spec)
     profile = config.resolved_profile()
-    slow_start_ns = (
-        config.slow_start_s * config.time_scale * 1e9 if config.has(Fault.slow_start) else 0
-    )
-    lifecycle = Lifecycle(cold_start_ns=int(slow_start_ns))
-    engine = Engine(
-        spec,
-        make_policy(profile, scale=config.slowdown * config.time_scale),
-        dispatch=_dispatcher(asyncio.get_running_loop()),
-        stall_after=config.stall_after_tokens if config.has(Fault.stall) else None,
-        realtime=config.realtime,
-    )
-    keep_alive_s = None if config.keep_alive_ms is None else config.keep_alive_ms / 1000
-    runtime = Runtime(engine, lifecycle, GroundTruth(config.ground_truth), keep_alive_s)
-    served = Served(profile.model_id, profile.max_model_len)
-    handler = build_handler(runtime, served)
+    handler = build_handler(runtime, Served(profile.model_id, profile.max_model_len))
     host, port = sock.getsockname()[:2]
     if config.realtime:
         use_realtime(LOOP_PRIORITY)
     _quiet_gc()
-    engine.start()
+    runtime.engine.start()
     try:
         await serve_until_drained(
             sock,
             handler,
             unframeable,
-            begin_drain=lifecycle.begin_drain,
-            drained=lambda: lifecycle.drained,
-            on_listening=lambda: _announce(lifecycle, f"http://{host}:{port}"),
+            begin_drain=runtime.lifecycle.begin_drain,
+            drained=lambda: runtime.lifecycle.drained,
+            on_listening=lambda: _announce(runtime.lifecycle, f"http://{host}:{port}"),
         )
     finally:
-        engine.stop()
+        runtime.engine.stop()
         runtime.ground_truth.close()
+
+
+def _runtime(config: ServerConfig, spec: ModelSpec) -> Runtime:
+    """Engine, lifecycle and ground-truth file, with the config's faults and time scaling."""
+    cold_start_s = config.slow_start_s * config.time_scale if config.has(Fault.slow_start) else 0
+    engine = Engine(
+        spec,
+        make_policy(config.resolved_profile(), scale=config.slowdown * config.time_scale),
+        dispatch=_dispatcher(asyncio.get_running_loop()),
+        stall_after=config.stall_after_tokens if config.has(Fault.stall) else None,
+        realtime=config.realtime,
+    )
+    keep_alive_s = None if config.keep_alive_ms is None else config.keep_alive_ms / 1000
+    lifecycle = Lifecycle(cold_start_ns=int(cold_start_s * 1e9))
+    return Runtime(engine, lifecycle, GroundTruth(config.ground_truth), keep_alive_s)
 
 
 def _announce(lifecycle: Lifecycle, url: str) -> None:

@@ -21,54 +21,25 @@ from sandbox.modelserver.lm.tokenizer import encode
 Route = Callable[[Exchange], Awaitable[None]]
 
 
-def build_handler(rt: Runtime, served: Served) -> Handler:
-    created = int(time.time())
+class Api:
+    """One handler per route; `handle` dispatches and turns errors into OpenAI-style bodies."""
 
-    async def models(ex: Exchange) -> None:
-        rt.lifecycle.check_serving()
-        card = {"id": served.model_id, "object": "model", "created": created}
-        card |= {"owned_by": "handoff-sandbox", "root": served.model_id}
-        card["max_model_len"] = served.max_model_len
-        _respond_json(ex, {"object": "list", "data": [card]})
+    def __init__(self, rt: Runtime, served: Served) -> None:
+        self.rt = rt
+        self.served = served
+        self.created = int(time.time())
+        self.routes: dict[str, dict[str, Route]] = {
+            "/v1/models": {"GET": self.models},
+            "/health": {"GET": self.health},
+            "/v1/completions": {"POST": self.completions},
+            "/v1/chat/completions": {"POST": self.chat},
+            "/debug/probes": {"POST": self.probes},
+            "/v1/heads": {"POST": self.heads},
+        }
 
-    async def health(ex: Exchange) -> None:
-        status = rt.lifecycle.status
-        _respond_json(ex, {"status": status}, 200 if status == "ready" else 503)
-
-    async def completions(ex: Exchange) -> None:
-        rt.lifecycle.check_serving()
-        body = parse(CompletionRequest, _json_body(ex))
-        GenerationRun(plan_completion(body, served, ex.received_ns), rt, ex, ex.received_ns)
-
-    async def chat(ex: Exchange) -> None:
-        rt.lifecycle.check_serving()
-        body = parse(ChatRequest, _json_body(ex))
-        GenerationRun(plan_chat(body, served, ex.received_ns), rt, ex, ex.received_ns)
-
-    async def debug_probes(ex: Exchange) -> None:
-        _respond_json(ex, {"model": served.model_id, "probes": await _readout("probes", ex)})
-
-    async def classify(ex: Exchange) -> None:
-        _respond_json(ex, {"model": served.model_id, "heads": await _readout("heads", ex)})
-
-    async def _readout(kind: str, ex: Exchange) -> dict[str, Any]:
-        rt.lifecycle.check_serving()
-        tokens = encode(parse(PromptRequest, _json_body(ex)).prompt)
-        with rt.lifecycle.tracked():
-            return await asyncio.wrap_future(rt.engine.link.readout(kind, tokens))
-
-    routes: dict[str, dict[str, Route]] = {
-        "/v1/models": {"GET": models},
-        "/health": {"GET": health},
-        "/v1/completions": {"POST": completions},
-        "/v1/chat/completions": {"POST": chat},
-        "/debug/probes": {"POST": debug_probes},
-        "/v1/heads": {"POST": classify},
-    }
-
-    async def handle(ex: Exchange) -> None:
+    async def handle(self, ex: Exchange) -> None:
         try:
-            await _route(routes, ex)(ex)
+            await _route(self.routes, ex)(ex)
         except ApiError as exc:
             if not ex.started:
                 ex.respond(exc.status, error_body(exc))
@@ -77,7 +48,46 @@ def build_handler(rt: Runtime, served: Served) -> Handler:
             if not ex.started:
                 ex.respond(500, error_body(ApiError(500, f"internal error: {exc!r}")))
 
-    return handle
+    async def models(self, ex: Exchange) -> None:
+        self.rt.lifecycle.check_serving()
+        model_id = self.served.model_id
+        card = {"id": model_id, "object": "model", "created": self.created, "root": model_id}
+        card |= {"owned_by": "handoff-sandbox", "max_model_len": self.served.max_model_len}
+        _respond_json(ex, {"object": "list", "data": [card]})
+
+    async def health(self, ex: Exchange) -> None:
+        status = self.rt.lifecycle.status
+        _respond_json(ex, {"status": status}, 200 if status == "ready" else 503)
+
+    async def completions(self, ex: Exchange) -> None:
+        self.rt.lifecycle.check_serving()
+        body = parse(CompletionRequest, _json_body(ex))
+        plan = plan_completion(body, self.served, ex.received_ns)
+        GenerationRun(plan, self.rt, ex, ex.received_ns)
+
+    async def chat(self, ex: Exchange) -> None:
+        self.rt.lifecycle.check_serving()
+        body = parse(ChatRequest, _json_body(ex))
+        GenerationRun(plan_chat(body, self.served, ex.received_ns), self.rt, ex, ex.received_ns)
+
+    async def probes(self, ex: Exchange) -> None:
+        values = await self._readout("probes", ex)
+        _respond_json(ex, {"model": self.served.model_id, "probes": values})
+
+    async def heads(self, ex: Exchange) -> None:
+        answers = await self._readout("heads", ex)
+        _respond_json(ex, {"model": self.served.model_id, "heads": answers})
+
+    async def _readout(self, kind: str, ex: Exchange) -> dict[str, Any]:
+        """One forward pass in the compute process (never on this loop: it paces tokens)."""
+        self.rt.lifecycle.check_serving()
+        tokens = encode(parse(PromptRequest, _json_body(ex)).prompt)
+        with self.rt.lifecycle.tracked():
+            return await asyncio.wrap_future(self.rt.engine.link.readout(kind, tokens))
+
+
+def build_handler(rt: Runtime, served: Served) -> Handler:
+    return Api(rt, served).handle
 
 
 def _route(routes: dict[str, dict[str, Route]], ex: Exchange) -> Route:

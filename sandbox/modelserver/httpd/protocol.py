@@ -11,6 +11,7 @@ from sandbox.modelserver.httpd.wire import (
     HEAD_END,
     MAX_HEAD_BYTES,
     BadRequest,
+    RequestHead,
     parse_head,
 )
 
@@ -56,31 +57,40 @@ class HttpProtocol(asyncio.Protocol):
         self._advance()
 
     def _advance(self) -> None:
+        """Start the next buffered request, once the previous one is answered."""
         if self._current is not None or self._transport is None:
             return
-        end = self._buffer.find(HEAD_END)
-        if end < 0:
-            if len(self._buffer) > MAX_HEAD_BYTES:
-                self._reject(BadRequest("request head too large", status=400))
-            return
         try:
-            head = parse_head(bytes(self._buffer[:end]))
-            length = head.content_length()
+            request = self._take_request()
         except BadRequest as exc:
             self._reject(exc)
             return
-        if len(self._buffer) < end + 4 + length:
-            if head.expects_continue and not self._continued:
-                self._continued = True
-                self._transport.write(CONTINUE)
+        if request is None:
             return
-        body = bytes(self._buffer[end + 4 : end + 4 + length])
-        del self._buffer[: end + 4 + length]
-        self._continued = False
-        self._current = Exchange(head, body, self._transport, self._done)
+        self._current = Exchange(*request, self._transport, self._done)
         task = asyncio.get_running_loop().create_task(self._handler(self._current))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+    def _take_request(self) -> tuple[RequestHead, bytes] | None:
+        """The next complete request (head and body) off the buffer, or None for now."""
+        end = self._buffer.find(HEAD_END)
+        if end < 0:
+            if len(self._buffer) > MAX_HEAD_BYTES:
+                raise BadRequest("request head too large")
+            return None
+        head = parse_head(bytes(self._buffer[:end]))
+        start = end + len(HEAD_END)
+        stop = start + head.content_length()
+        if len(self._buffer) < stop:
+            if head.expects_continue and not self._continued and self._transport is not None:
+                self._continued = True  # curl waits a second for this before a large body
+                self._transport.write(CONTINUE)
+            return None
+        body = bytes(self._buffer[start:stop])
+        del self._buffer[:stop]
+        self._continued = False
+        return head, body
 
     def _done(self, exchange: Exchange) -> None:
         self._current = None

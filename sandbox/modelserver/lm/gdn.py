@@ -77,13 +77,17 @@ def gdn_forward(
     gate = nx.silu(nx.matmul(xn, w.gdn_gate)).reshape(b, t, N_HEADS, HEAD_DIM)
     gated = nx.mul(nx.rmsnorm(o, w.gdn_out_norm), gate)
     out = nx.matmul(gated.reshape(b, t, N_HEADS * HEAD_DIM), w.gdn_out)
+    return out, (conv, memory), _probes(beta, o, gated, valid)
+
+
+def _probes(beta: Array, o: Array, gated: Array, valid: Array) -> GdnProbes:
+    """Per sequence, over its real positions only."""
     real = valid[:, :, None, None]
-    probes = GdnProbes(
+    return GdnProbes(
         beta=np.where(valid[:, :, None], beta, 0.0).sum(axis=(1, 2), dtype=np.float64),
         delta_rule_absmax=np.where(real, np.abs(o), 0.0).max(axis=(1, 2, 3)),
         gated_norm_absmax=np.where(real, np.abs(gated), 0.0).max(axis=(1, 2, 3)),
     )
-    return out, (conv, memory), probes
 
 
 def _causal_conv(
