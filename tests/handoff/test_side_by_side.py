@@ -1,0 +1,93 @@
+"""The clef-candle handoff on the seed's GPUs (one card free): side by side, invisible
+to clients at 16 streams across the swap and the retirement, the ClusterIP kept, the
+reference kept at 0. A candidate that answers wrongly (the image without the GDN conv
+fix) or crash-loops (no nvidia runtime class) is rolled back with the Service still on
+the reference, and the report says why."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from flows.kube.client import Kube
+from flows.ledger import history_entries, parse_ledger
+from sandbox.proxy import address_of
+from sandbox.state import SandboxState
+from sandbox.traffic import ClientLoad
+from tests.handoff.conftest import ROOT, run_handoff, service, spec_in
+
+
+def _clients(sandbox: SandboxState, namespace: str) -> ClientLoad:
+    url = "http://" + address_of(sandbox.run_dir, namespace, "clef-serve", 80)
+    return ClientLoad(url, streams=16)
+
+
+def test_clef_candle_side_by_side_without_a_failed_request(
+    sandbox: SandboxState, kube: Kube, seeded: str, handoff_env: dict[str, str], tmp_path: Path
+) -> None:
+    spec_file = spec_in(seeded, "clef-candle", tmp_path)
+    cluster_ip = service(kube, seeded, "clef-serve").spec.cluster_ip
+    with _clients(sandbox, seeded) as load:
+        result = run_handoff(spec_file, handoff_env, "--auto-approve")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert load.succeeded > 0 and load.failed == [], load.failed[:3]
+    svc = service(kube, seeded, "clef-serve")
+    ledger = parse_ledger(svc.metadata.annotations)
+    assert ledger is not None and ledger.phase == "done" and ledger.strategy == "side-by-side"
+    assert svc.spec.cluster_ip == cluster_ip
+    assert svc.spec.selector == {"app": "clef-candle", "handoff.dev/revision": ledger.revision}
+    assert "@sha256:" in (ledger.image or "")
+    endpoints = kube.core.read_namespaced_endpoints("clef-serve", seeded)
+    ready = [a.target_ref.name for s in endpoints.subsets for a in s.addresses]
+    assert ready and all(name.startswith("clef-candle-") for name in ready)
+    assert kube.apps.read_namespaced_deployment("clef-serve", seeded).spec.replicas == 0
+    record = history_entries(svc.metadata.annotations)[-1]
+    assert record["gates"] == {"smoke": "pass", "parity": "pass", "latency": "pass"}
+    assert any("ancestor" in fix for fix in record["fixes"])
+
+
+def test_wrong_answers_roll_back(
+    sandbox: SandboxState, kube: Kube, seeded: str, handoff_env: dict[str, str], tmp_path: Path
+) -> None:
+    """The last build without the fix, taken without the provenance requirement."""
+    spec_file = spec_in(
+        seeded, "clef-candle", tmp_path, image={"tag": "sm70-nofix", "requires": []}
+    )
+    with _clients(sandbox, seeded) as load:
+        result = run_handoff(spec_file, handoff_env, "--auto-approve")
+    assert result.returncode != 0
+    assert load.failed == [], load.failed[:3]
+    svc = service(kube, seeded, "clef-serve")
+    ledger = parse_ledger(svc.metadata.annotations)
+    assert ledger is not None and ledger.phase == "rolled-back"
+    assert "parity fail" in (ledger.cause or "")
+    assert svc.spec.selector == {"app": "clef-serve"}
+    assert kube.apps.read_namespaced_deployment("clef-candle", seeded).spec.replicas == 0
+    assert "first divergence" in result.stdout + result.stderr or "diverg" in (
+        result.stdout + result.stderr
+    )
+
+
+def test_crash_looping_candidate_rolls_back_within_seconds(
+    kube: Kube, seeded: str, handoff_env: dict[str, str], tmp_path: Path
+) -> None:
+    manifest = yaml.safe_load((ROOT / "manifests/llm-serving/clef-candle.yaml").read_text())
+    del manifest["spec"]["template"]["spec"]["runtimeClassName"]
+    (tmp_path / "no-runtime-class.yaml").write_text(yaml.safe_dump(manifest))
+    spec_file = spec_in(
+        seeded,
+        "clef-candle",
+        tmp_path,
+        candidate={"manifest": str(tmp_path / "no-runtime-class.yaml")},
+    )
+    result = run_handoff(spec_file, handoff_env, "--auto-approve")
+    assert result.returncode != 0
+    svc = service(kube, seeded, "clef-serve")
+    ledger = parse_ledger(svc.metadata.annotations)
+    assert ledger is not None and ledger.phase == "rolled-back"
+    assert "crashed" in (ledger.cause or "") or "CrashLoopBackOff" in (ledger.cause or "")
+    assert "Unable to dynamically load the cuda shared library" in (ledger.cause or "")
+    assert svc.spec.selector == {"app": "clef-serve"}
+    record = history_entries(svc.metadata.annotations)[-1]
+    assert record["durations_s"]["warm"] < 30, record["durations_s"]
