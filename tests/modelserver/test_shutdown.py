@@ -23,7 +23,8 @@ async def streams_with_sigterm(server: ServerProcess) -> tuple[list[StreamResult
     all_streaming = asyncio.Event()
 
     def on_event(result: StreamResult) -> None:
-        streaming.add(id(result))
+        if result.token_events:
+            streaming.add(id(result))
         if len(streaming) == STREAMS:
             all_streaming.set()
 

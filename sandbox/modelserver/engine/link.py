@@ -9,6 +9,8 @@ from __future__ import annotations
 import contextlib
 import itertools
 import multiprocessing
+import os
+import sys
 import threading
 from concurrent.futures import Future
 from typing import Any
@@ -33,6 +35,7 @@ from sandbox.modelserver.lm.model import ModelSpec
 GRANT = 64  # tokens the compute process may run ahead of what has been sent
 REGRANT_BELOW = 32  # top the grant up when less than this is left
 STARTUP_TIMEOUT_S = 60.0
+ENGINE_DEAD_EXIT_CODE = 3
 
 
 class ComputeLink:
@@ -45,6 +48,7 @@ class ComputeLink:
         self._seqs: dict[int, Sequence] = {}  # guarded by `cond`
         self._readouts: dict[int, Future[dict[str, Any]]] = {}  # guarded by `cond`
         self._readout_ids = itertools.count()
+        self._stopping = False
         self._send_lock = threading.Lock()
         self._reader = threading.Thread(target=self._read, name="modelserver-results", daemon=True)
 
@@ -60,6 +64,7 @@ class ComputeLink:
         self._reader.start()
 
     def stop(self) -> None:
+        self._stopping = True
         with contextlib.suppress(BrokenPipeError, OSError):  # already gone
             self._send(Stop())
         self._proc.join(timeout=5)
@@ -110,7 +115,19 @@ class ComputeLink:
                     self._apply(result)
                     self._cond.notify_all()
         except (EOFError, OSError):
-            return
+            if not self._stopping:
+                self._die()
+
+    def _die(self) -> None:
+        """Without its compute process the server can only hang: exit so it is restarted
+        (as vLLM does when its engine core dies)."""
+        self._proc.join(timeout=1)
+        sys.stderr.write(
+            f"modelserver: the compute process exited unexpectedly (exit code "
+            f"{self._proc.exitcode}); stopping the server\n"
+        )
+        sys.stderr.flush()
+        os._exit(ENGINE_DEAD_EXIT_CODE)
 
     def _apply(self, result: Result) -> None:
         if isinstance(result, ReadoutDone):
