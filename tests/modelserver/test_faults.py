@@ -1,17 +1,22 @@
 """The seeds' faults, each chosen by a flag: a panic at start with the cudarc message, a
 cold start during which /health (and every request) answers 503, and streams that stop
-mid-response and never finish while the server otherwise stays up."""
+mid-response and never finish while the server otherwise stays up. A server whose compute
+process dies exits rather than hanging."""
 
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import time
+from pathlib import Path
 
 import httpx
 import pytest
 
 from sandbox.modelserver import ServerConfig
 from sandbox.modelserver.drive import StreamResult, load_body, stream
+from sandbox.modelserver.engine.link import ENGINE_DEAD_EXIT_CODE
 from sandbox.modelserver.faults import CUDARC_EXIT_CODE
 from sandbox.modelserver.launch import ServerStartError, start
 from tests.modelserver.conftest import StartServers
@@ -69,3 +74,24 @@ def test_stall_stops_every_stream_mid_response(faulty: dict[str, str]) -> None:
     asyncio.run(read_for(1.0))  # 100 cadence intervals: ample time for all 20 tokens
     assert partial.token_events == STALL_AFTER and not partial.done
     assert httpx.get(faulty["stall"] + "/health", timeout=10).status_code == 200
+
+
+def test_a_dead_compute_process_stops_the_server_instead_of_hanging() -> None:
+    server = start(ServerConfig(profile="cadence", port=0))
+    try:
+        compute = [pid for pid in _children(server.proc.pid) if "pipe_handle" in _cmdline(pid)]
+        assert len(compute) == 1, "expected one compute process"
+        os.kill(compute[0], signal.SIGKILL)
+        assert server.proc.wait(30) == ENGINE_DEAD_EXIT_CODE
+        assert "compute process exited unexpectedly" in server.stderr
+    finally:
+        server.terminate()
+
+
+def _children(pid: int) -> list[int]:
+    tasks = Path(f"/proc/{pid}/task")
+    return [int(c) for t in tasks.iterdir() for c in (t / "children").read_text().split()]
+
+
+def _cmdline(pid: int) -> str:
+    return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
