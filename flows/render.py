@@ -23,6 +23,9 @@ from flows.spec import HandoffSpec
 
 HANDOFF_ID_ANNOTATION = "handoff.dev/id"
 TWIN_SUFFIX = "-handoff"
+# Through a twin, the twin's and the rewritten live Deployment's pods share the revision:
+# this label tells them apart, so the Service can leave the twin before it is removed.
+WORKLOAD_LABEL = "handoff.dev/workload"
 
 
 def is_twin(spec: HandoffSpec, strategy: str | None) -> bool:
@@ -108,6 +111,10 @@ def render_candidate(
     if twin:
         body["metadata"]["name"] += TWIN_SUFFIX
         body["spec"]["selector"]["matchLabels"][REVISION_LABEL] = revision
+    if spec.replaces_live:
+        body["spec"]["template"]["metadata"].setdefault("labels", {})[WORKLOAD_LABEL] = body[
+            "metadata"
+        ]["name"]
     body["metadata"].setdefault("annotations", {})[HANDOFF_ID_ANNOTATION] = handoff_id
     body["spec"]["replicas"] = replicas
     template = body["spec"]["template"]

@@ -13,7 +13,8 @@ from __future__ import annotations
 from flows.errors import HandoffError
 from flows.kube import read, write
 from flows.kube.client import Kube
-from flows.kube.wait import wait_rolled_out
+from flows.kube.objects import owned_by_deployment
+from flows.kube.wait import wait_pods, wait_rolled_out
 from flows.ledger import TERMINAL, Ledger, Phase, WorkloadSnapshot
 from flows.progress import read_ledger, save_ledger
 from flows.render import candidate_name, is_twin
@@ -32,8 +33,14 @@ def rollback(kube: Kube, spec: HandoffSpec, *, cause: str) -> Ledger | None:
     problems: list[str] = []
     for workload in ledger.snapshot.workloads:
         _restore_workload(kube, spec, workload, problems)
-    _restore_selector(kube, spec, ledger)
+    # While candidate pods that the original selector would match still run, the
+    # Service is held on the restored pods alone (never two versions at once).
+    pinned = _pinned_to_restored(kube, spec, ledger)
+    _set_selector(kube, spec, pinned or ledger.snapshot.selector)
     _undo_candidate(kube, spec, ledger)
+    if pinned:
+        _wait_candidate_gone(kube, spec, ledger)
+        _set_selector(kube, spec, ledger.snapshot.selector)
     service = read.read_service(kube, spec.namespace, spec.service)
     write.record_event(
         kube,
@@ -72,16 +79,46 @@ def _restore_workload(
         problems.append(str(exc))
 
 
-def _restore_selector(kube: Kube, spec: HandoffSpec, ledger: Ledger) -> None:
+def _pinned_to_restored(kube: Kube, spec: HandoffSpec, ledger: Ledger) -> dict[str, str] | None:
+    """The snapshot selector narrowed to the restored pods' pod-template-hash, when a
+    candidate pod would also match the snapshot selector; else None."""
+    selector = ledger.snapshot.selector
+    name = candidate_name(spec, ledger.strategy)
+    live = {w.name for w in ledger.snapshot.workloads}
+    pods = read.list_pods(kube, spec.namespace, selector)
+    if name in live or not any(owned_by_deployment(p, name) for p in pods):
+        return None
+    hashes = {
+        p.labels.get("pod-template-hash")
+        for p in pods
+        if any(owned_by_deployment(p, w.name) for w in ledger.snapshot.workloads)
+    }
+    hashes.discard(None)
+    return {**selector, "pod-template-hash": hashes.pop()} if len(hashes) == 1 else None
+
+
+def _set_selector(kube: Kube, spec: HandoffSpec, selector: dict[str, str]) -> None:
     service = read.read_service(kube, spec.namespace, spec.service)
-    if service.selector != ledger.snapshot.selector:
+    if service.selector != selector:
         write.patch_service(
             kube,
             spec.namespace,
             spec.service,
             resource_version=service.resource_version,
-            selector=(service.selector, ledger.snapshot.selector),
+            selector=(service.selector, selector),
         )
+
+
+def _wait_candidate_gone(kube: Kube, spec: HandoffSpec, ledger: Ledger) -> None:
+    name = candidate_name(spec, ledger.strategy)
+    wait_pods(
+        kube,
+        spec.namespace,
+        ledger.snapshot.selector,
+        decide=lambda pods: None if any(owned_by_deployment(p, name) for p in pods) else True,
+        deadline_s=RESTORE_S,
+        what=f"the pods of {name} to stop",
+    )
 
 
 def _undo_candidate(kube: Kube, spec: HandoffSpec, ledger: Ledger) -> None:

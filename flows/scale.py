@@ -8,15 +8,26 @@ replica counts: setting the same count again changes nothing.
 
 from __future__ import annotations
 
+import time
+
 from flows.kube import write
 from flows.kube.objects import PodSnapshot, owned_by_deployment
 from flows.kube.wait import wait_pods, wait_rolled_out
 from flows.ledger import Phase
 from flows.progress import HandoffRun
-from flows.render import compute_startup_allowance, load_manifest, render_candidate
+from flows.render import (
+    WORKLOAD_LABEL,
+    compute_startup_allowance,
+    load_manifest,
+    render_candidate,
+)
+from flows.swap import point_service, target_selector
 from flows.warm import wait_candidate_ready
 
 RETIRE_S = 180.0
+# The Endpoints object changes at once; node proxies apply it a moment later. Pods
+# leaving a Service are stopped only after this, on top of the verified Endpoints.
+PROXY_SETTLE_S = 2.0
 
 
 def scale_up(run: HandoffRun) -> None:
@@ -34,6 +45,7 @@ def retire(run: HandoffRun) -> None:
     if run.twin:
         _rewrite_live_and_remove_twin(run)
     elif not run.spec.replaces_live:
+        time.sleep(PROXY_SETTLE_S)
         for deployment in run.plan.current:
             write.scale_deployment(run.kube, run.spec.namespace, deployment.name, 0)
         for deployment in run.plan.current:
@@ -42,6 +54,9 @@ def retire(run: HandoffRun) -> None:
 
 
 def _rewrite_live_and_remove_twin(run: HandoffRun) -> None:
+    """The live Deployment takes the candidate's spec beside the twin (same revision, so
+    the Service serves both); then the Service narrows to the live pods, and only then
+    is the twin removed, so no client is sent to a pod that is shutting down."""
     spec, manifest = run.spec, load_manifest(run.spec)
     body = render_candidate(
         spec,
@@ -54,6 +69,9 @@ def _rewrite_live_and_remove_twin(run: HandoffRun) -> None:
     write.apply_deployment(run.kube, body)
     deadline = compute_startup_allowance(manifest, spec.candidate.container) + 60.0
     wait_rolled_out(run.kube, spec.namespace, spec.candidate.deployment, deadline_s=deadline)
+    live_only = {**target_selector(run), WORKLOAD_LABEL: spec.candidate.deployment}
+    point_service(run, live_only)
+    time.sleep(PROXY_SETTLE_S)
     write.delete_deployment(run.kube, spec.namespace, run.candidate_name)
     _wait_none_owned(run, run.candidate_name, manifest["spec"]["selector"]["matchLabels"])
 

@@ -32,8 +32,14 @@ def target_selector(run: HandoffRun) -> dict[str, str]:
 
 
 def swap_selector(run: HandoffRun) -> None:
+    point_service(run, target_selector(run))
+    run.advance(Phase.SWAPPED)
+
+
+def point_service(run: HandoffRun, target: dict[str, str]) -> None:
+    """Patch the Service's selector to `target` (409: re-read, retry), then verify it and
+    record a SwitchService event. A Service already on `target` is only verified."""
     spec = run.spec
-    target = target_selector(run)
     for _ in range(_RETRIES):
         service = read.read_service(run.kube, spec.namespace, spec.service)
         if service.selector == target:
@@ -55,7 +61,6 @@ def swap_selector(run: HandoffRun) -> None:
             f"selector not switched after {_RETRIES} tries"
         )
     verify_service(run, target)
-    service = read.read_service(run.kube, spec.namespace, spec.service)
     write.record_event(
         run.kube,
         namespace=spec.namespace,
@@ -63,10 +68,8 @@ def swap_selector(run: HandoffRun) -> None:
         name=spec.service,
         uid=service.uid,
         reason="SwitchService",
-        message=f"handoff {run.ledger.handoff_id}: selector {target} "
-        f"(was {run.ledger.snapshot.selector})",
+        message=f"handoff {run.ledger.handoff_id}: selector {target} (was {service.selector})",
     )
-    run.advance(Phase.SWAPPED)
 
 
 def verify_service(run: HandoffRun, selector: dict[str, str]) -> EndpointsSnapshot:
