@@ -1,7 +1,8 @@
 """A lean HTTP/1.1 server on asyncio protocols, built for streaming tokens cheaply.
 
-uvicorn + starlette cost about 0.1 ms of CPU per streamed token here (ASGI send coroutines, a
-queue and a task wake per token, h11 framing); on two shared cores that CPU is what makes
-token pacing late. This server writes each token from a plain callback straight to the
-transport, stamping the moment of the write.
+With uvicorn + starlette each streamed token cost a queue put, a task wake, an ASGI send
+coroutine and h11 framing: about 0.07 ms more CPU per token than this server (measured at 64
+streams on 2 shared cores), and the write happened a task switch after the engine released
+the token. Here each token is written from a plain callback straight to the transport, and
+stamped at that moment.
 """

@@ -1,4 +1,4 @@
-"""Keep OpenBLAS to one thread in the server process.
+"""Keep OpenBLAS to one thread in the model-server processes.
 
 The model's matrices are tiny: OpenBLAS's worker threads cost more than they save, and on a
 small shared machine their spin-waiting takes CPU from the clock thread (3x the CPU per token

@@ -1,9 +1,9 @@
 """The tiny language model: embedding, a GDN layer, an attention layer, an MLP, and a
 direct-path prior plus context term for the logits.
 
-`prefill` runs one prompt and returns the state to continue from, the logits at every prompt
-position (teacher forcing) and the layer probes; `decode` advances many sequences by one token
-in one batched pass.
+`prefill_batch` runs prompts (padded into one batch) and returns, per prompt, the state to
+continue from, the logits at every prompt position (teacher forcing) and the layer probes;
+`decode` advances many sequences by one token in one batched pass.
 """
 
 from __future__ import annotations
