@@ -20,6 +20,9 @@ from sandbox import procs
 from tests.webhook.specrepo import REPO, SpecRepo, git, merge_and_push
 
 POOL = "handoff-process"
+# prefect.yaml's two pools, by type; the kubernetes type needs no prefect-kubernetes
+# here (Prefect ships its default job template), only its worker in the cluster does
+POOLS = {POOL: "process", "handoff-kubernetes": "kubernetes"}
 DEPLOYMENT = "handoff/handoff-on-merge"
 
 
@@ -47,10 +50,11 @@ def prefect_cli(api_url: str, *args: str, env: dict[str, str] | None = None) -> 
 
 
 def deploy_all(api_url: str, repository: Path) -> str:
-    """Create the process pool and deploy prefect.yaml; the deployment's id."""
-    pools = prefect_cli(api_url, "work-pool", "ls")
-    if POOL not in pools:
-        prefect_cli(api_url, "work-pool", "create", POOL, "--type", "process")
+    """Create the work pools and deploy prefect.yaml; the process deployment's id."""
+    existing = prefect_cli(api_url, "work-pool", "ls")
+    for pool, kind in POOLS.items():
+        if pool not in existing:
+            prefect_cli(api_url, "work-pool", "create", pool, "--type", kind)
     prefect_cli(
         api_url, "--no-prompt", "deploy", "--all", env={"HANDOFF_REPOSITORY": str(repository)}
     )
