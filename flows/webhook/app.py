@@ -99,15 +99,10 @@ def create_app(settings: RelaySettings) -> Starlette:
 async def _relay(
     settings: RelaySettings, deliveries: DeliveryLog, request: Request, data: Any
 ) -> JSONResponse:
-    forge, delivery = forge_of(request.headers), delivery_of(request.headers)
-    if forge is None or delivery is None:
-        return _reply(400, "malformed", "missing X-Forgejo/X-Gitea/X-GitHub Event or Delivery")
-    try:
-        merge = parse_merge(*forge, data, branch=settings.branch)
-    except PayloadError as exc:
-        return _reply(400, "malformed", str(exc), delivery=delivery)
-    if isinstance(merge, NotAMerge):
-        return _reply(200, "ignored", merge.reason, delivery=delivery)
+    read = _merge_of(settings, request, data)
+    if isinstance(read, JSONResponse):
+        return read
+    merge, delivery = read
     if not deliveries.claim_delivery(delivery):
         return _reply(200, "replayed", f"delivery {delivery} was relayed before", delivery=delivery)
     try:
@@ -117,18 +112,31 @@ async def _relay(
     except (MirrorError, PrefectApiError) as exc:
         deliveries.release(delivery)
         return _reply(503 if isinstance(exc, PrefectApiError) else 502, "retry", str(exc))
-    handoffs = [e["payload"]["spec"] for e in events]
-    detail = f"merge {merge.merge_commit[:12]}: " + (
-        f"{len(events)} handoff(s) triggered" if events else "no handoff affected"
-    )
     return _reply(
         200,
         "emitted" if events else "no-handoff",
-        detail,
+        f"merge {merge.merge_commit[:12]}: "
+        + (f"{len(events)} handoff(s) triggered" if events else "no handoff affected"),
         delivery=delivery,
-        handoffs=handoffs,
+        handoffs=[e["payload"]["spec"] for e in events],
         events=[e["id"] for e in events],
     )
+
+
+def _merge_of(
+    settings: RelaySettings, request: Request, data: Any
+) -> tuple[Merge, str] | JSONResponse:
+    """The merge and its delivery id, or the answer when the delivery is not one."""
+    forge, delivery = forge_of(request.headers), delivery_of(request.headers)
+    if forge is None or delivery is None:
+        return _reply(400, "malformed", "missing X-Forgejo/X-Gitea/X-GitHub Event or Delivery")
+    try:
+        merge = parse_merge(*forge, data, branch=settings.branch)
+    except PayloadError as exc:
+        return _reply(400, "malformed", str(exc), delivery=delivery)
+    if isinstance(merge, NotAMerge):
+        return _reply(200, "ignored", merge.reason, delivery=delivery)
+    return merge, delivery
 
 
 def _events_for(
