@@ -22,6 +22,9 @@ class Outcome:
     detail: str
 
 
+_UNANSWERED = (False, "no response: the connection closed before any byte")
+
+
 @dataclass
 class ClientLoad:
     """`with ClientLoad(url, model="clef-flash", streams=16) as load: ...; load.failed`."""
@@ -33,6 +36,7 @@ class ClientLoad:
     max_requests: int = 20000  # the loop is bounded in count as well as in time
     max_seconds: float = 900.0
     outcomes: list[Outcome] = field(default_factory=list)
+    retried: int = 0  # requests sent again because no response had started
     _stop: threading.Event = field(default_factory=threading.Event)
     _threads: list[threading.Thread] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -68,17 +72,32 @@ class ClientLoad:
                 self._record(*self._one(client, body))
 
     def _one(self, client: httpx.Client, body: dict[str, object]) -> tuple[float, bool, str]:
+        """One request; like the OpenAI SDK, a request the server never answered (its
+        kept-alive connection closed under it) is sent once more, and counted."""
         started = time.monotonic()
+        for attempt in (1, 2):
+            outcome = self._attempt(client, body)
+            if outcome != _UNANSWERED or attempt == 2:
+                return started, *outcome
+            with self._lock:
+                self.retried += 1
+        raise AssertionError("unreachable")
+
+    def _attempt(self, client: httpx.Client, body: dict[str, object]) -> tuple[bool, str]:
         try:
             with client.stream("POST", f"{self.url}/v1/completions", json=body) as response:
                 text = "".join(response.iter_text())
             if response.status_code != 200:
-                return started, False, f"HTTP {response.status_code}: {text[:120]}"
+                return False, f"HTTP {response.status_code}: {text[:120]}"
             if "data: [DONE]" not in text:
-                return started, False, "stream ended without [DONE]"
-            return started, True, ""
+                return False, "stream ended without [DONE]"
+            return True, ""
+        except (httpx.RemoteProtocolError, httpx.ConnectError) as exc:
+            if "without sending a response" in str(exc) or isinstance(exc, httpx.ConnectError):
+                return _UNANSWERED
+            return False, f"{type(exc).__name__}: {exc}"
         except httpx.HTTPError as exc:
-            return started, False, f"{type(exc).__name__}: {exc}"
+            return False, f"{type(exc).__name__}: {exc}"
 
     def _record(self, started: float, ok: bool, detail: str) -> None:
         with self._lock:
