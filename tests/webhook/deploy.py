@@ -27,9 +27,10 @@ DEPLOYMENT = "handoff/handoff-on-merge"
 
 
 def models_repository(root: Path) -> SpecRepo:
-    """This repository's committed HEAD as the models repo people merge into."""
+    """This repository's committed HEAD, as main of the models repo people merge into."""
     bare, work = root / "handoff.git", root / "work"
-    git(root, "clone", "-q", "--bare", str(REPO), str(bare))
+    git(root, "init", "-q", "--bare", "-b", "main", str(bare))
+    git(REPO, "push", "-q", str(bare), "HEAD:refs/heads/main")
     git(root, "clone", "-q", str(bare), str(work))
     git(work, "config", "user.email", "dev@example.invalid")
     git(work, "config", "user.name", "dev")
