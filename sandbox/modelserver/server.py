@@ -54,10 +54,10 @@ async def _serve(config: ServerConfig, spec: ModelSpec, sock: socket.socket) -> 
     profile = config.resolved_profile()
     handler = build_handler(runtime, Served(profile.model_id, profile.max_model_len))
     host, port = sock.getsockname()[:2]
-    if config.realtime:
-        use_realtime(LOOP_PRIORITY)
-    _quiet_gc()
     runtime.engine.start()
+    _quiet_gc()
+    if config.realtime:  # only now: start-up work at RT priority would stall other servers
+        use_realtime(LOOP_PRIORITY)
     try:
         await serve_until_drained(
             sock,

@@ -5,10 +5,12 @@ time on an absolute timeline; the cadence policy spaces each stream by exactly o
 from __future__ import annotations
 
 import itertools
+import time
 
 import pytest
 
-from sandbox.modelserver.engine.schedule import RESYNC_NS, Cadence, ContinuousBatching
+from sandbox.modelserver.engine.clock import Clock
+from sandbox.modelserver.engine.schedule import RESYNC_NS, Cadence, ContinuousBatching, Step
 from sandbox.modelserver.engine.sequence import GenRequest, Sequence
 from sandbox.modelserver.lm.sampling import SamplingParams
 from sandbox.modelserver.profiles import PROFILES
@@ -64,7 +66,7 @@ def test_admitted_prompts_share_one_prefill_step_then_decode_together() -> None:
     prefill = policy.plan(now_ns=0)
     assert prefill is not None and prefill.prefill and prefill.seqs == tuple(seqs)
     assert prefill.deadline_ns == round(policy.profile.prefill_ms(60) * MS)
-    policy.done(prefill, now_ns=prefill.deadline_ns)
+    policy.done(prefill, ended_ns=prefill.deadline_ns)
     decode = policy.plan(now_ns=prefill.deadline_ns)
     assert decode is not None and not decode.prefill and decode.seqs == tuple(seqs)
     assert decode.deadline_ns - prefill.deadline_ns == round(policy.profile.step_ms(3) * MS)
@@ -77,36 +79,40 @@ def test_batch_is_capped_and_the_rest_queue_in_arrival_order() -> None:
         policy.add(s)
     first = policy.plan(now_ns=0)
     assert first is not None and first.seqs == tuple(seqs[:2])
-    policy.done(first, now_ns=first.deadline_ns)
+    policy.done(first, ended_ns=first.deadline_ns)
     seqs[0].finished = True
     second = policy.plan(now_ns=first.deadline_ns)
     assert second is not None and second.prefill and second.seqs == (seqs[2],)
 
 
-def test_deadlines_are_absolute_a_late_wake_does_not_shift_later_steps() -> None:
+def test_each_step_is_due_a_step_time_after_the_previous_one_ended() -> None:
     policy = batching()
     policy.add(seq())
     step = policy.plan(now_ns=0)
     assert step is not None
     deadlines = [step.deadline_ns]
     for _ in range(5):
-        policy.done(step, now_ns=step.deadline_ns + 3 * MS)  # every wake 3 ms late
-        step = policy.plan(now_ns=step.deadline_ns + 3 * MS)
+        policy.done(step, ended_ns=step.deadline_ns)
+        step = policy.plan(now_ns=step.deadline_ns + 3 * MS)  # the clock noticed 3 ms late
         assert step is not None
         deadlines.append(step.deadline_ns)
     gaps = {b - a for a, b in itertools.pairwise(deadlines[1:])}  # after the prefill
     assert gaps == {round(policy.profile.step_ms(1) * MS)}
 
 
-def test_a_hiccup_longer_than_resync_restarts_the_timeline_from_now() -> None:
-    policy = batching()
-    policy.add(seq())
-    step = policy.plan(now_ns=0)
-    assert step is not None
-    policy.done(step, now_ns=step.deadline_ns)
-    late = step.deadline_ns + RESYNC_NS + MS
-    nxt = policy.plan(now_ns=late)
-    assert nxt is not None and nxt.deadline_ns == late + round(policy.profile.step_ms(1) * MS)
+@pytest.mark.parametrize(
+    ("waited", "late_ns", "ended"),
+    [
+        (False, 3 * MS, "deadline"),  # slept late: no drift
+        (True, 3 * MS, "now"),  # waited for the compute process: the step really ended later
+        (False, RESYNC_NS + MS, "now"),  # a hiccup: restart rather than burst to catch up
+    ],
+)
+def test_when_a_step_counts_as_ended(waited: bool, late_ns: int, ended: str) -> None:
+    step = Step(time.monotonic_ns() - late_ns, (), prefill=False)
+    before = time.monotonic_ns()
+    got = Clock._ended_ns(step, waited)
+    assert got == step.deadline_ns if ended == "deadline" else got >= before
 
 
 def test_an_idle_engine_starts_the_step_when_the_request_arrived() -> None:
@@ -136,7 +142,7 @@ def test_cadence_gives_each_stream_its_own_exact_interval() -> None:
         assert step is not None
         for s in step.seqs:
             dues[s.id].append(step.deadline_ns)
-        policy.done(step, now_ns=step.deadline_ns)
+        policy.done(step, ended_ns=step.deadline_ns)
     assert dues[a.id] == [25 * MS, 50 * MS, 75 * MS]
     assert dues[b.id] == [32 * MS, 57 * MS, 82 * MS]
 

@@ -1,9 +1,13 @@
-"""The clock thread: sleeps to each step's absolute deadline and releases its tokens.
+"""The clock thread: waits for each step's absolute deadline and releases its tokens.
 
 asyncio's timers round to whole milliseconds (its epoll waits take ms), so the pacing lives
-in a thread of its own sleeping with `time.sleep` (clock_nanosleep on CLOCK_MONOTONIC) at a
-1 ns timer slack, at real-time priority where permitted; tokens cross to the event loop
-through `dispatch`. Measured on 2 shared cores (load 5-7): wake-up p99 0.2 ms.
+in a thread of its own, waiting on a condition with a timeout (a CLOCK_MONOTONIC timed wait)
+at a 1 ns timer slack and real-time priority where permitted; tokens cross to the event
+loop through `dispatch`. Measured on 2 shared cores (load 5-7): wake-up p99 0.2 ms.
+
+A batch step waits until all of its tokens are computed (a slow GPU step is late for
+everyone). A cadence stream whose token is not computed yet is set aside instead, so it
+cannot hold up the others, and sent the moment its token arrives.
 """
 
 from __future__ import annotations
@@ -12,11 +16,12 @@ import ctypes
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from sandbox.modelserver.engine.link import ComputeLink
 from sandbox.modelserver.engine.messages import Grant
 from sandbox.modelserver.engine.priority import CLOCK_PRIORITY, use_realtime
-from sandbox.modelserver.engine.schedule import Policy, Step
+from sandbox.modelserver.engine.schedule import RESYNC_NS, Policy, Step
 from sandbox.modelserver.engine.sequence import (
     Deliver,
     Event,
@@ -29,7 +34,6 @@ from sandbox.modelserver.engine.sequence import (
 Dispatch = Callable[[list[tuple[Deliver, Event]]], None]
 
 _PR_SET_TIMERSLACK = 29
-_MAX_SLEEP_NS = 50_000_000  # wake at least this often to notice a stop
 _READY_TIMEOUT_S = 30.0
 
 
@@ -41,9 +45,12 @@ def set_timer_slack_ns(ns: int) -> bool:
         return False
 
 
-def sleep_until(deadline_ns: int, stop: threading.Event) -> None:
-    while not stop.is_set() and (remaining := deadline_ns - time.monotonic_ns()) > 0:
-        time.sleep(min(remaining, _MAX_SLEEP_NS) / 1e9)
+@dataclass
+class _Released:
+    events: list[tuple[Deliver, Event]] = field(default_factory=list)
+    grants: list[Grant] = field(default_factory=list)
+    sent: list[Sequence] = field(default_factory=list)
+    waited: bool = False  # a token had to be waited for
 
 
 class Clock:
@@ -61,6 +68,7 @@ class Clock:
         self.cond = cond
         self.link = link
         self.inbox: list[Sequence] = []  # guarded by `cond`
+        self.late: list[Sequence] = []  # cadence streams waiting for a token; under `cond`
         self.dispatch = dispatch
         self.stall_after = stall_after
         self.realtime = realtime
@@ -72,13 +80,9 @@ class Clock:
             use_realtime(CLOCK_PRIORITY)
         while not self.stop.is_set():
             step = self._next_step()
-            if step is None:
-                continue
-            sleep_until(step.deadline_ns, self.stop)
-            events, grants = self._release(step)
-            self.dispatch(events)
-            self.link.send_grants(grants)
-            self.policy.done(step, time.monotonic_ns())
+            if step is not None:
+                self._wait_until(step.deadline_ns)
+                self._run(step)
 
     def _next_step(self) -> Step | None:
         with self.cond:
@@ -87,26 +91,73 @@ class Clock:
             self.inbox.clear()
             step = self.policy.plan(time.monotonic_ns())
             if step is None:
-                self.cond.wait_for(lambda: self.stop.is_set() or bool(self.inbox))
-            return step
+                self.cond.wait_for(lambda: self.stop.is_set() or self.inbox or self._late_ready())
+        self._send_late()
+        return step
 
-    def _release(self, step: Step) -> tuple[list[tuple[Deliver, Event]], list[Grant]]:
-        events: list[tuple[Deliver, Event]] = []
-        grants: list[Grant] = []
+    def _wait_until(self, deadline_ns: int) -> None:
+        """Sleep to the deadline, sending late cadence tokens as they arrive meanwhile."""
+        while not self.stop.is_set():
+            with self.cond:
+                remaining_ns = deadline_ns - time.monotonic_ns()
+                if remaining_ns <= 0:
+                    return
+                wake = lambda: self.stop.is_set() or self._late_ready()  # noqa: E731
+                self.cond.wait_for(wake, remaining_ns / 1e9)
+            self._send_late()
+
+    def _late_ready(self) -> bool:
+        return any(s.is_ready or not s.active for s in self.late)
+
+    def _send_late(self) -> None:
+        with self.cond:
+            ready = [s for s in self.late if s.is_ready or not s.active]
+            self.late = [s for s in self.late if s not in ready]
+        if ready:
+            self._run(Step(time.monotonic_ns(), tuple(ready), prefill=False))
+
+    def _run(self, step: Step) -> None:
+        released = self._release(step)
+        self.dispatch(released.events)
+        self.link.send_grants(released.grants)
+        sent = Step(step.deadline_ns, tuple(released.sent), step.prefill)
+        self.policy.done(sent, ended_ns=self._ended_ns(step, released.waited))
+
+    @staticmethod
+    def _ended_ns(step: Step, waited: bool) -> int:
+        """When the step counts as finished, the base of the next deadlines. Sleeping late
+        does not move it (absolute deadlines, no drift); waiting for the compute process
+        does, as a slow GPU step delays every later one. A hiccup beyond RESYNC_NS restarts
+        from now rather than sending a burst to catch up."""
+        now = time.monotonic_ns()
+        if waited or now - step.deadline_ns > RESYNC_NS:
+            return now
+        return step.deadline_ns
+
+    def _release(self, step: Step) -> _Released:
+        out = _Released()
         with self.cond:
             for seq in step.seqs:
                 self._maybe_stall(seq)
-                if seq.active and self._wait_ready(seq):
-                    events.append((seq.deliver, self._next_event(seq)))
-                    grant = self.link.top_up(seq)
-                    if grant is not None:
-                        grants.append(grant)
-        return events, grants
+                if not seq.active:
+                    continue
+                if not seq.is_ready and not self.policy.batch_waits_for_compute:
+                    self.late.append(seq)
+                    continue
+                out.waited |= self._wait_ready(seq)
+                if seq.active and seq.is_ready:
+                    out.events.append((seq.deliver, self._next_event(seq)))
+                    out.sent.append(seq)
+                    if (grant := self.link.top_up(seq)) is not None:
+                        out.grants.append(grant)
+        return out
 
     def _wait_ready(self, seq: Sequence) -> bool:
-        if not seq.is_ready:  # the compute process fell behind: this token goes out late
-            self.cond.wait_for(lambda: seq.is_ready or not seq.active, _READY_TIMEOUT_S)
-        return seq.active and seq.is_ready
+        """Wait until `seq` can send; True if the compute process had fallen behind."""
+        if seq.is_ready:
+            return False
+        self.cond.wait_for(lambda: seq.is_ready or not seq.active, _READY_TIMEOUT_S)
+        return True
 
     def _next_event(self, seq: Sequence) -> Event:
         if not seq.ready:  # max_tokens 0: the prefill step only scores the prompt

@@ -1,8 +1,9 @@
 """When each sequence's next token is due: continuous batching, or a fixed cadence.
 
-Both policies keep absolute deadlines: a step ends at the previous step's deadline plus its
+Both policies keep absolute deadlines: a step is due at the end of the previous one plus its
 duration, never at "now plus duration", so sleeping late once does not shift later tokens.
-Only a hiccup longer than `RESYNC_NS` restarts the timeline from now (no burst of catch-up).
+The clock says when a step ended (its deadline, unless it had to wait for the compute
+process or hit a hiccup longer than `RESYNC_NS`).
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ class ContinuousBatching:
     as in vLLM's default scheduler) or decodes one token for every running sequence; at most
     `max_num_seqs` run, the rest queue in arrival order."""
 
+    batch_waits_for_compute = True
+
     def __init__(self, profile: Profile, *, scale: float) -> None:
         self.profile = profile
         self.scale = scale
@@ -57,20 +60,18 @@ class ContinuousBatching:
         self.timeline_ns = None
         return None
 
-    def done(self, step: Step, now_ns: int) -> None:
-        self.timeline_ns = step.deadline_ns
+    def done(self, step: Step, *, ended_ns: int) -> None:
+        self.timeline_ns = ended_ns
         if step.prefill:
             self.running.extend(s for s in step.seqs if s.active)
 
     def _base(self, now_ns: int, admitted: list[Sequence]) -> int:
-        if self.timeline_ns is None:
-            # Idle until now: the step starts when its first request arrived, not when the
-            # clock thread woke up to notice it.
-            arrived = min((s.request.submitted_ns for s in admitted), default=now_ns)
-            return max(arrived, now_ns - RESYNC_NS)
-        if now_ns - self.timeline_ns > RESYNC_NS:
-            return now_ns
-        return self.timeline_ns
+        if self.timeline_ns is not None:
+            return self.timeline_ns
+        # Idle until now: the step starts when its first request arrived, not when the clock
+        # thread woke up to notice it.
+        arrived = min((s.request.submitted_ns for s in admitted), default=now_ns)
+        return max(arrived, now_ns - RESYNC_NS)
 
     def _ns(self, ms: float) -> int:
         return round(ms * self.scale * _MS)
@@ -79,6 +80,8 @@ class ContinuousBatching:
 class Cadence:
     """Every sequence gets a token exactly every `interval`, counted from its arrival, with no
     batching effects and no cap."""
+
+    batch_waits_for_compute = False
 
     def __init__(self, profile: Profile, *, scale: float) -> None:
         self.interval_ns = round(profile.step_ms_1 * scale * _MS)
@@ -99,11 +102,10 @@ class Cadence:
             group.append(heapq.heappop(self._due)[2])
         return Step(due, tuple(group), prefill=False)
 
-    def done(self, step: Step, now_ns: int) -> None:
-        base = now_ns if now_ns - step.deadline_ns > RESYNC_NS else step.deadline_ns
+    def done(self, step: Step, *, ended_ns: int) -> None:
         for seq in step.seqs:
             if seq.active:
-                self._push(base + self.interval_ns, seq)
+                self._push(ended_ns + self.interval_ns, seq)
 
     def _push(self, due_ns: int, seq: Sequence) -> None:
         heapq.heappush(self._due, (due_ns, next(self._order), seq))

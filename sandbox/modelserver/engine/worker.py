@@ -34,6 +34,8 @@ from sandbox.modelserver.lm.model import ModelSpec, SeqState, TinyLM
 from sandbox.modelserver.lm.readouts import READOUTS
 from sandbox.modelserver.lm.sampling import TokenOut, choose, choose_from, log_softmax, score
 
+PREFILL_CHUNK = 8
+
 
 @dataclass
 class _Job:
@@ -57,9 +59,9 @@ def worker_main(conn: Connection, spec: ModelSpec, realtime: bool) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     single_threaded_blas()
-    if realtime:
-        use_realtime(COMPUTE_PRIORITY)
     model = spec.build()
+    if realtime:  # after the build: its CPU burst at RT priority would stall other servers
+        use_realtime(COMPUTE_PRIORITY)
     conn.send(Ready())
     Worker(conn, model).run()
 
@@ -73,7 +75,7 @@ class Worker:
     def run(self) -> None:
         try:
             while self._receive(block=not self._has_work()):
-                self._prefill([i for i, job in self.jobs.items() if job.state is None])
+                self._prefill_arrivals()
                 self._decode_round()
         except (EOFError, BrokenPipeError):
             pass  # the server is gone
@@ -101,11 +103,23 @@ class Worker:
             self.conn.send(ReadoutDone(command.request_id, value))
         return not isinstance(command, Stop)
 
-    def _prefill(self, ids: list[int]) -> None:
-        """Prefill every newly arrived sequence in one batch; send each one's first token."""
+    def _prefill_arrivals(self) -> None:
+        """Prefill every newly arrived sequence in arrival order, PREFILL_CHUNK at a time so
+        the first arrivals get their first token without waiting for the whole burst.
+        Prompts scored for echo run over every position; the rest over last ones only."""
+        arrived = [i for i, job in self.jobs.items() if job.state is None]
+        for start in range(0, len(arrived), PREFILL_CHUNK):
+            chunk = arrived[start : start + PREFILL_CHUNK]
+            scoring = [i for i in chunk if self.jobs[i].request.prompt_logprobs is not None]
+            self._prefill(scoring, every=True)
+            self._prefill([i for i in chunk if i not in scoring], every=False)
+
+    def _prefill(self, ids: list[int], *, every: bool) -> None:
+        """Prefill sequences `ids` together; send each one's first token."""
         if not ids:
             return
-        results = self.model.prefill_batch([list(self.jobs[i].request.prompt) for i in ids])
+        prompts = [list(self.jobs[i].request.prompt) for i in ids]
+        results = self.model.prefill_batch(prompts, every=every)
         firsts = []
         for seq_id, result in zip(ids, results, strict=True):
             job = self.jobs[seq_id]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 from collections.abc import Awaitable, Callable
 
 from sandbox.modelserver.httpd.exchange import Exchange
@@ -33,6 +34,7 @@ class HttpProtocol(asyncio.Protocol):
         self._current: Exchange | None = None
         self._continued = False
         self._tasks: set[asyncio.Task[None]] = set()
+        self._closing = False
 
     @property
     def idle(self) -> bool:
@@ -42,9 +44,20 @@ class HttpProtocol(asyncio.Protocol):
         if self._transport is not None:
             self._transport.close()
 
+    def close_when_idle(self) -> None:
+        """Close now if no request is being answered, else right after its response."""
+        self._closing = True
+        if self.idle:
+            self.close()
+
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self._transport = transport
+        # Tokens are small writes: without TCP_NODELAY the first one of a response on a
+        # kept-alive connection waits for the client's delayed ACK (~20-40 ms of TTFT).
+        sock = transport.get_extra_info("socket")
+        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._live.add(self)
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -94,7 +107,7 @@ class HttpProtocol(asyncio.Protocol):
 
     def _done(self, exchange: Exchange) -> None:
         self._current = None
-        if not exchange.head.keep_alive:
+        if not exchange.head.keep_alive or self._closing:
             self.close()
         else:
             self._advance()

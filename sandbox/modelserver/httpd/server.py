@@ -1,4 +1,8 @@
-"""Serving until drained: SIGTERM/SIGINT start a drain, the loop ends once it is complete."""
+"""Serving until drained: SIGTERM/SIGINT start a drain, the loop ends once it is complete.
+
+A drain stops accepting connections and closes kept-alive ones as soon as they are idle,
+so clients move to another replica instead of sending requests into a closing server.
+"""
 
 from __future__ import annotations
 
@@ -31,6 +35,11 @@ async def serve_until_drained(
         nonlocal signals
         signals += 1
         begin_drain()
+        # As uvicorn does: no new connections, idle kept-alive ones closed now (a client
+        # reconnects and reaches another replica), busy ones closed once answered.
+        server.close()
+        for protocol in list(live):
+            protocol.close_when_idle()
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, on_signal)

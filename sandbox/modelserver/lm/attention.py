@@ -40,14 +40,17 @@ class KvCache:
 
 
 def attention_prefill(
-    nx: Numerics, w: Weights, x: Array, lengths: Array, caches: list[KvCache]
+    nx: Numerics, w: Weights, x: Array, lengths: Array, caches: list[KvCache], *, every: bool
 ) -> Array:
-    """x [B,T,d] for fresh sequences padded at the end -> out [B,T,d]; fills the caches.
+    """x [B,T,d] for fresh sequences padded at the end; fills the caches. Returns the output
+    at every position [B,T,d], or (`every` false) only at each prompt's last one [B,d].
     Causal masking alone keeps padding out: padded keys come after every real query."""
-    b, t, _ = x.shape
-    q, k, v = np.split(nx.matmul(nx.rmsnorm(x, w.attn_norm), w.attn_qkv), 3, axis=-1)
+    q, k, v = _project(nx, w, x)
     for i, cache in enumerate(caches):
         cache.extend(k[i, : lengths[i]], v[i, : lengths[i]])
+    if not every:
+        return _attend_cached(nx, w, q[np.arange(len(caches)), lengths - 1], caches)
+    b, t, _ = x.shape
     qh, kh, vh = (m.reshape(b, t, N_HEADS, HEAD_DIM).transpose(0, 2, 1, 3) for m in (q, k, v))
     pos = np.arange(t)
     distance = (pos[:, None] - pos[None, :]).astype(np.float32)  # [T, T]
@@ -60,9 +63,19 @@ def attention_prefill(
 
 def attention_decode(nx: Numerics, w: Weights, x: Array, caches: list[KvCache]) -> Array:
     """x [B,d], one new token per sequence -> out [B,d]; appends to each cache."""
-    q, k, v = np.split(nx.matmul(nx.rmsnorm(x, w.attn_norm), w.attn_qkv), 3, axis=-1)
+    q, k, v = _project(nx, w, x)
     for i, cache in enumerate(caches):
         cache.extend(k[i : i + 1], v[i : i + 1])
+    return _attend_cached(nx, w, q, caches)
+
+
+def _project(nx: Numerics, w: Weights, x: Array) -> tuple[Array, Array, Array]:
+    q, k, v = np.split(nx.matmul(nx.rmsnorm(x, w.attn_norm), w.attn_qkv), 3, axis=-1)
+    return q, k, v
+
+
+def _attend_cached(nx: Numerics, w: Weights, q: Array, caches: list[KvCache]) -> Array:
+    """One query per sequence [B, H*e], against everything in its cache -> [B, d]."""
     lengths = np.array([c.length for c in caches])
     keys, values = _padded(caches, lengths, "keys"), _padded(caches, lengths, "values")
     b, n = len(caches), keys.shape[1]

@@ -30,8 +30,8 @@ class SeqState:
 @dataclass(frozen=True)
 class PrefillResult:
     state: SeqState
-    logits: Array  # [T, V]: row t predicts token t + 1
-    hidden: Array  # [T, d] final-norm hidden states
+    logits: Array  # [T, V], row t predicts token t + 1; [1, V] when only the last position ran
+    hidden: Array  # [T, d] (or [1, d]) final-norm hidden states
     probes: GdnProbes
 
 
@@ -56,11 +56,15 @@ class TinyLM:
         self.zero_key_band = zero_key_band
 
     def prefill(self, tokens: list[int]) -> PrefillResult:
-        """Run a whole prompt (at least one token) for a fresh sequence."""
-        return self.prefill_batch([tokens])[0]
+        """Run a whole prompt (at least one token) for a fresh sequence, every position."""
+        return self.prefill_batch([tokens], every=True)[0]
 
-    def prefill_batch(self, prompts: list[list[int]]) -> list[PrefillResult]:
-        """Prefill several fresh sequences in one pass, prompts padded at the end."""
+    def prefill_batch(self, prompts: list[list[int]], *, every: bool) -> list[PrefillResult]:
+        """Prefill several fresh sequences in one pass, prompts padded at the end.
+
+        With `every`, logits and hidden states come for every prompt position (teacher
+        forcing, read-outs); without, only for the last one, which is all generation needs:
+        the layers after the GDN then skip the other positions."""
         lengths = np.array([len(p) for p in prompts])
         ids = np.zeros((len(prompts), int(lengths.max())), dtype=np.int64)
         for i, prompt in enumerate(prompts):
@@ -68,9 +72,14 @@ class TinyLM:
         valid = np.arange(ids.shape[1])[None, :] < lengths[:, None]
         states = [SeqState(gdn=GdnState.fresh(), kv=KvCache()) for _ in prompts]
         x, probes = self._gdn(self.w.embed[ids], states, valid)
-        caches = [s.kv for s in states]
-        x = self.nx.add(x, attention_prefill(self.nx, self.w, x, lengths, caches))
-        hidden = self._mlp_and_norm(x)
+        attended = attention_prefill(
+            self.nx, self.w, x, lengths, [s.kv for s in states], every=every
+        )
+        if not every:  # keep a length-1 time axis: the prompt's last position
+            last = np.arange(len(prompts)), lengths - 1
+            x, ids, attended = x[last][:, None], ids[last][:, None], attended[:, None]
+            lengths = np.ones_like(lengths)
+        hidden = self._mlp_and_norm(self.nx.add(x, attended))
         logits = self._logits(hidden, ids)
         return [
             PrefillResult(state, logits[i, :n], hidden[i, :n], probes.row(i))

