@@ -44,9 +44,13 @@ class HttpProtocol(asyncio.Protocol):
         if self._transport is not None:
             self._transport.close()
 
+    def close_after_response(self) -> None:
+        """Answer what comes, but keep the connection no longer than one response."""
+        self._closing = True
+
     def close_when_idle(self) -> None:
         """Close now if no request is being answered, else right after its response."""
-        self._closing = True
+        self.close_after_response()
         if self.idle:
             self.close()
 

@@ -1,7 +1,8 @@
 """Serving until drained: SIGTERM/SIGINT start a drain, the loop ends once it is complete.
 
-A drain stops accepting connections and closes kept-alive ones as soon as they are idle,
-so clients move to another replica instead of sending requests into a closing server.
+A drain answers new requests with 503 and closes every connection once it is idle, so
+clients reconnect (to another replica) instead of reusing a connection into a closing
+server.
 """
 
 from __future__ import annotations
@@ -28,16 +29,23 @@ async def serve_until_drained(
     """Accept connections on `sock` until a signal's drain completes (a second signal: now)."""
     loop = asyncio.get_running_loop()
     live: set[HttpProtocol] = set()
-    server = await loop.create_server(lambda: HttpProtocol(handler, bad_request, live), sock=sock)
     signals = 0
+
+    def connection() -> HttpProtocol:
+        protocol = HttpProtocol(handler, bad_request, live)
+        if signals:
+            protocol.close_after_response()  # its request gets the drain's 503, then close
+        return protocol
+
+    server = await loop.create_server(connection, sock=sock)
 
     def on_signal() -> None:
         nonlocal signals
         signals += 1
         begin_drain()
-        # As uvicorn does: no new connections, idle kept-alive ones closed now (a client
-        # reconnects and reaches another replica), busy ones closed once answered.
-        server.close()
+        # Kept-alive connections are closed as soon as they are idle (busy ones after
+        # their response), so clients reconnect to another replica instead of sending
+        # requests into a closing server.
         for protocol in list(live):
             protocol.close_when_idle()
 
