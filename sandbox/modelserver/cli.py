@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from sandbox.modelserver.config import Fault
+from sandbox.modelserver.faults import Fault
 
 
 def model_server(

@@ -2,23 +2,12 @@
 
 from __future__ import annotations
 
-from enum import StrEnum
 from pathlib import Path
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, model_validator
 
+from sandbox.modelserver.faults import Fault
 from sandbox.modelserver.profiles import PROFILES, Profile
-
-
-class Fault(StrEnum):
-    zero_key_band = "zero_key_band"
-    """The image lacks the GDN conv fix: key channels zeroed, answers silently wrong."""
-    crash_on_start = "crash_on_start"
-    """No nvidia runtime class: cudarc cannot load libcuda and the process panics."""
-    slow_start = "slow_start"
-    """A cold start: /health answers 503 for `slow_start_s` seconds."""
-    stall = "stall"
-    """Every stream stops after `stall_after_tokens` tokens and never finishes."""
 
 
 class ServerConfig(BaseModel):

@@ -1,9 +1,22 @@
-"""The crash a candle-vllm pod shows when it runs without the nvidia runtime class."""
+"""The faults a server can be started with, and the crash of a pod without libcuda."""
 
 from __future__ import annotations
 
 import sys
+from enum import StrEnum
 from typing import NoReturn
+
+
+class Fault(StrEnum):
+    zero_key_band = "zero_key_band"
+    """The image lacks the GDN conv fix: key channels zeroed, answers silently wrong."""
+    crash_on_start = "crash_on_start"
+    """No nvidia runtime class: cudarc cannot load libcuda and the process panics."""
+    slow_start = "slow_start"
+    """A cold start: /health answers 503 for `slow_start_s` seconds."""
+    stall = "stall"
+    """Every stream stops after `stall_after_tokens` tokens and never finishes."""
+
 
 CUDARC_EXIT_CODE = 101  # what a Rust panic exits with
 CUDARC_PANIC = (

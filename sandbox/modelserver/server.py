@@ -16,13 +16,13 @@ from sandbox.modelserver.api.groundtruth import GroundTruth
 from sandbox.modelserver.api.lifecycle import Lifecycle
 from sandbox.modelserver.api.plans import Served
 from sandbox.modelserver.api.routes import build_handler
-from sandbox.modelserver.config import Fault, ServerConfig
+from sandbox.modelserver.config import ServerConfig
 from sandbox.modelserver.engine.clock import Dispatch
 from sandbox.modelserver.engine.engine import Engine
 from sandbox.modelserver.engine.priority import LOOP_PRIORITY, use_realtime
 from sandbox.modelserver.engine.schedule import make_policy
 from sandbox.modelserver.engine.sequence import Deliver, Event
-from sandbox.modelserver.faults import crash_without_cuda
+from sandbox.modelserver.faults import Fault, crash_without_cuda
 from sandbox.modelserver.httpd.server import serve_until_drained
 from sandbox.modelserver.lm.blas import single_threaded_blas
 from sandbox.modelserver.lm.model import ModelSpec
