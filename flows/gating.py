@@ -67,7 +67,10 @@ def _baseline_pod(run: HandoffRun) -> str | None:
 
 
 def run_gates(run: HandoffRun, candidate_pods: tuple[str, ...]) -> Evidence:
-    """Run every configured gate; raise GateFailed (with the evidence) unless all pass."""
+    """Run every configured gate; raise GateFailed (with the evidence) unless all pass.
+    A resumed run that was already approved keeps the evidence it was approved on."""
+    if run.reached(Phase.APPROVED):
+        return Evidence(image=run.ledger.image, gates=[], sha256=run.ledger.evidence_sha256 or "")
     gates, summaries = run.spec.gates, []
     with _forward(run, candidate_pods[0]) as url:
         smoke = run_smoke(url, model_id=gates.model_id, deadline_s=gates.smoke_deadline_s)

@@ -7,7 +7,9 @@ Any failure after the first write rolls back from the snapshot on the Service.
 from __future__ import annotations
 
 from prefect import flow
+from prefect.states import Cancelled
 
+from flows.newest import ensure_newest
 from flows.record import HandoffRecord, Trigger
 from flows.session import begin, finish
 from flows.tasks import (
@@ -31,6 +33,9 @@ def handoff(
     trigger: Trigger | None = None,
 ) -> HandoffRecord:
     """plan → image → apply at 0 → warm → gates → approve → swap → scale up → retire."""
+    newest = ensure_newest(spec_file, trigger)
+    if not newest.newest:
+        return Cancelled(message=newest.reason)  # type: ignore[return-value]
     with begin(spec_file, kubeconfig=kubeconfig) as run:
         try:
             pinned = wait_for_image(run)

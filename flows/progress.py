@@ -78,7 +78,7 @@ class HandoffRun:
 
     def advance(self, phase: Phase, **changes: Any) -> None:
         """Record that the handoff reached `phase` (no-op if it already had)."""
-        if self.ledger.phase == phase and not changes:
+        if self.reached(phase) and not changes:
             return
         self.ledger = save_ledger(self.kube, self.spec, self.ledger.to(phase, **changes))
 

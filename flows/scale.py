@@ -33,7 +33,7 @@ PROXY_SETTLE_S = 2.0
 def scale_up(run: HandoffRun) -> None:
     """The candidate to its target (a twin stays at preview: the live Deployment takes
     the target when it is rewritten at retirement)."""
-    if not run.twin:
+    if not run.twin and not run.reached(Phase.SCALED):
         wait_candidate_ready(run, run.spec.candidate.replicas)
     run.advance(Phase.SCALED)
 
@@ -42,6 +42,8 @@ def retire(run: HandoffRun) -> None:
     """Old workloads to 0 (kept, never deleted). Replacing the live Deployment in place
     there is nothing left; through a twin, the live Deployment now takes the candidate's
     spec (its pods carry the revision the Service selects) and the twin is removed."""
+    if run.reached(Phase.RETIRED):
+        return
     if run.twin:
         _rewrite_live_and_remove_twin(run)
     elif not run.spec.replaces_live:

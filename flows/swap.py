@@ -32,6 +32,8 @@ def target_selector(run: HandoffRun) -> dict[str, str]:
 
 
 def swap_selector(run: HandoffRun) -> None:
+    if run.reached(Phase.SWAPPED):
+        return  # later steps may have narrowed the selector further (a twin's retirement)
     point_service(run, target_selector(run))
     run.advance(Phase.SWAPPED)
 

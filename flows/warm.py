@@ -97,7 +97,16 @@ def wait_candidate_ready(run: HandoffRun, replicas: int) -> tuple[str, ...]:
 
 
 def warm(run: HandoffRun) -> tuple[str, ...]:
-    """Preview replicas Ready and each answering the smoke gate; returns the pod names."""
+    """Preview replicas Ready and each answering the smoke gate; returns the pod names.
+    A resumed run past this step only looks up the candidate's ready pods."""
+    if run.reached(Phase.WARM):
+        return tuple(
+            sorted(
+                p.name
+                for p in read.list_pods(run.kube, run.spec.namespace, candidate_selector(run))
+                if p.ready and not p.terminating
+            )
+        )
     pods = wait_candidate_ready(run, run.spec.candidate.preview_replicas)
     for pod in pods:
         with PortForwarder(run.kube, run.spec.namespace, pod, run.spec.candidate.port) as pf:

@@ -22,7 +22,7 @@ class PrefectServerError(RuntimeError):
     """The Prefect server did not come up; the message carries its log tail."""
 
 
-def server_env(run_dir: Path) -> dict[str, str]:
+def server_env(run_dir: Path, port: int) -> dict[str, str]:
     home = run_dir / "prefect"
     home.mkdir(parents=True, exist_ok=True)
     return {
@@ -32,6 +32,8 @@ def server_env(run_dir: Path) -> dict[str, str]:
         "DO_NOT_TRACK": "1",
         "PREFECT_API_URL": "",
         "PREFECT_UI_ENABLED": "true",
+        # The UI is a browser app: it must be told where its API is, or it calls :4200.
+        "PREFECT_UI_API_URL": f"http://127.0.0.1:{port}/api",
         "PREFECT_LOGGING_LEVEL": "WARNING",
     }
 
@@ -51,7 +53,10 @@ def spawn(run_dir: Path) -> tuple[procs.ProcessRecord, str]:
         str(port),
     ]
     record = procs.spawn(
-        "prefect-server", argv, run_dir / "logs" / "prefect-server.log", env=server_env(run_dir)
+        "prefect-server",
+        argv,
+        run_dir / "logs" / "prefect-server.log",
+        env=server_env(run_dir, port),
     )
     return record, f"http://127.0.0.1:{port}/api"
 

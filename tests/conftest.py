@@ -91,3 +91,7 @@ def _wait_default_service_account(core, namespace: str) -> None:  # type: ignore
         w.stop()
         return
     raise TimeoutError(f"no default ServiceAccount in namespace {namespace} after 30 s")
+
+
+# The seeds' world (shared by the handoff, RBAC and end-to-end tests, built once).
+from tests.world import handoff_env, kube, seeded, spare_gpus, world  # noqa: E402, F401

@@ -9,6 +9,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from flows.cli.modelserver import model_server
+
 app = typer.Typer(
     help="The embedded sandbox cluster (real control plane, simulated nodes).", no_args_is_help=True
 )
@@ -118,3 +120,5 @@ def down(run_dir: RunDir = None) -> None:
 
     stopped = manager.down(_run_dir(run_dir))
     console.print(f"stopped: {', '.join(stopped)}" if stopped else "nothing was running")
+
+app.command("model-server")(model_server)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from flows.kube.client import Kube
 from flows.ledger import history_entries, parse_ledger
-from tests.handoff.conftest import handoff_cli, run_handoff, service, spec_in, start_handoff
+from tests.world import handoff_cli, run_handoff, service, spec_in, start_handoff
 
 RUN_ID = re.compile(r"/runs/flow-run/([0-9a-f-]{36})")
 

@@ -17,7 +17,7 @@ from flows.spec import load_spec
 from sandbox.proxy import address_of
 from sandbox.state import SandboxState
 from sandbox.traffic import ClientLoad
-from tests.handoff.conftest import ROOT, run_handoff, service, spec_in
+from tests.world import ROOT, run_handoff, service, spec_in
 
 
 def test_coder_goes_in_place_within_declared_downtime(

@@ -16,7 +16,7 @@ from flows.ledger import parse_ledger
 from sandbox.proxy import address_of
 from sandbox.state import SandboxState
 from sandbox.traffic import ClientLoad
-from tests.handoff.conftest import run_handoff, service, spec_in, start_handoff
+from tests.world import run_handoff, service, spec_in, start_handoff
 
 
 def _kill_at(kube: Kube, namespace: str, process, phase: str, timeout_s: float = 240) -> None:  # type: ignore[no-untyped-def]

@@ -15,7 +15,7 @@ from flows.ledger import history_entries, parse_ledger
 from sandbox.proxy import address_of
 from sandbox.state import SandboxState
 from sandbox.traffic import ClientLoad
-from tests.handoff.conftest import ROOT, run_handoff, service, spec_in
+from tests.world import ROOT, run_handoff, service, spec_in
 
 
 def _clients(sandbox: SandboxState, namespace: str) -> ClientLoad:

@@ -14,7 +14,7 @@ from flows.render import TWIN_SUFFIX
 from sandbox.proxy import address_of
 from sandbox.state import SandboxState
 from sandbox.traffic import ClientLoad
-from tests.handoff.conftest import run_handoff, service, spec_in
+from tests.world import run_handoff, service, spec_in
 
 
 def test_coder_side_by_side_when_gpus_allow(

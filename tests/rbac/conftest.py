@@ -17,7 +17,6 @@ from flows.kube.client import Kube
 from flows.kube.write import apply_manifest
 from sandbox.kubeconfig import write_kubeconfig
 from sandbox.state import SandboxState
-from tests.handoff.conftest import handoff_env, kube, seeded, world  # noqa: F401
 
 RBAC = Path(__file__).resolve().parents[2] / "manifests" / "rbac" / "handoff.yaml"
 CLUSTER_KINDS = ("ClusterRole", "ClusterRoleBinding")
@@ -41,8 +40,8 @@ def rbac_documents(namespace: str) -> list[dict]:  # type: ignore[type-arg]
 @pytest.fixture
 def flow_identity(
     sandbox: SandboxState,
-    kube: Kube,  # noqa: F811
-    seeded: str,  # noqa: F811
+    kube: Kube,
+    seeded: str,
     tmp_path: Path,
 ) -> Iterator[Path]:
     """A kubeconfig holding the `handoff` ServiceAccount's token in the seeded namespace."""

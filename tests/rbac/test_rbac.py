@@ -15,7 +15,7 @@ from kubernetes.client.exceptions import ApiException
 
 from flows.kube.client import Kube
 from flows.ledger import history_entries, parse_ledger
-from tests.handoff.conftest import run_handoff, service, spec_in
+from tests.world import run_handoff, service, spec_in
 
 # The latency SLO is not what these tests are about, and the machine is shared; an
 # impossible one makes the gate fail after the candidate replaced the live pods, so

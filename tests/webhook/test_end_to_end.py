@@ -22,7 +22,6 @@ from pydantic import BaseModel
 
 from flows.kube.client import Kube
 from flows.ledger import history_entries, parse_ledger
-from tests.handoff.conftest import handoff_env, kube, seeded, service, world  # noqa: F401
 from tests.ui.browser import approve_in_ui, chromium
 from tests.webhook.conftest import SECRET
 from tests.webhook.deploy import (
@@ -36,6 +35,7 @@ from tests.webhook.deploy import (
 from tests.webhook.runs import read_runs, state_of
 from tests.webhook.servers import PrefectServer, relay_process
 from tests.webhook.specrepo import SpecRepo, install_hook
+from tests.world import service
 
 pytestmark = pytest.mark.slow
 SPEC = "coder-14b-fp16"
@@ -51,7 +51,7 @@ class DailyPath(BaseModel):
 @pytest.fixture(scope="module")
 def daily(
     prefect: PrefectServer,
-    handoff_env: dict[str, str],  # noqa: F811
+    handoff_env: dict[str, str],
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[DailyPath]:
     root = tmp_path_factory.mktemp("daily")
@@ -138,9 +138,9 @@ def history(namespace: str, env: dict[str, str], prefect: PrefectServer) -> list
 def test_a_merge_is_handed_off_after_approval_in_the_ui(
     daily: DailyPath,
     prefect: PrefectServer,
-    kube: Kube,  # noqa: F811
-    seeded: str,  # noqa: F811
-    handoff_env: dict[str, str],  # noqa: F811
+    kube: Kube,
+    seeded: str,
+    handoff_env: dict[str, str],
 ) -> None:
     merge, pushed = merge_spec_change(daily.repo, SPEC, into(seeded, 600), "coder: 14B fp16")
     assert '"outcome":"emitted"' in pushed and SPEC in pushed, pushed
@@ -171,9 +171,9 @@ def test_a_merge_is_handed_off_after_approval_in_the_ui(
 def test_two_quick_merges_hand_off_only_the_newest(
     daily: DailyPath,
     prefect: PrefectServer,
-    kube: Kube,  # noqa: F811
-    seeded: str,  # noqa: F811
-    handoff_env: dict[str, str],  # noqa: F811
+    kube: Kube,
+    seeded: str,
+    handoff_env: dict[str, str],
 ) -> None:
     older, _ = merge_spec_change(daily.repo, SPEC, into(seeded, 601), "coder: first try")
     newer, _ = merge_spec_change(daily.repo, SPEC, into(seeded, 602), "coder: second")

@@ -1,6 +1,7 @@
-"""Fixtures for whole handoffs on the sandbox: the seeds' world (repositories and
-CI-built images in the sandbox registry), a namespace holding the before state,
-specs moved into that namespace, and `handoff run` as a real process."""
+"""The seeds' world for whole handoffs on the sandbox: repositories and CI-built images
+in the sandbox registry, a namespace holding the before state, specs moved into that
+namespace, and `handoff run` as a real process. Its fixtures are registered by
+tests/conftest.py, so every directory shares one world."""
 
 from __future__ import annotations
 
