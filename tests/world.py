@@ -31,7 +31,7 @@ from sandbox.seed import (
 )
 from sandbox.state import SandboxState
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 SPECS = ROOT / "manifests" / "handoffs"
 BEFORE = ("candle-vllm", "clef-serve", "reasoning-long")
 LEASE_S = "6"
