@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import threading
 import time
 from collections.abc import Callable
@@ -48,11 +49,12 @@ class DemoResult(BaseModel):
 
 
 def prepare(state: SandboxState, say: Callable[[str], None]) -> tuple[World, Kube]:
-    """The seeds' repositories, images and before state, Ready."""
+    """The seeds' repositories, images and before state, Ready (a rerun starts afresh)."""
+    kube = connect(state.kubeconfig)
+    reset(kube, state, say)
     world = create_world(state.run_dir / "src", state.registry_url or "")
     os.environ.update(world.environment())
     os.environ.setdefault("IMAGE_POLL_INTERVAL_S", "2")
-    kube = connect(state.kubeconfig)
     for doc in before_state_documents(world):
         apply_manifest(kube, doc)
     say(
@@ -61,6 +63,21 @@ def prepare(state: SandboxState, say: Callable[[str], None]) -> tuple[World, Kub
     )
     wait_ready(kube, ("candle-vllm", "clef-serve", "reasoning-long"))
     return world, kube
+
+
+def reset(kube: Kube, state: SandboxState, say: Callable[[str], None]) -> None:
+    """Remove what an earlier demo left: the namespace, its volume, the repositories."""
+    shutil.rmtree(state.run_dir / "src", ignore_errors=True)
+    if not kube.core.list_namespace(field_selector=f"metadata.name={NAMESPACE}").items:
+        return
+    say(f"removing the {NAMESPACE} namespace an earlier demo left")
+    kube.core.delete_namespace(NAMESPACE)
+    deadline = time.monotonic() + 180
+    while kube.core.list_namespace(field_selector=f"metadata.name={NAMESPACE}").items:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"namespace {NAMESPACE} still terminating after 180 s")
+        time.sleep(0.5)
+    kube.core.delete_persistent_volume("llm-models")
 
 
 def wait_ready(kube: Kube, names: tuple[str, ...], timeout_s: float = 180.0) -> None:
@@ -78,32 +95,31 @@ def wait_ready(kube: Kube, names: tuple[str, ...], timeout_s: float = 180.0) -> 
 
 
 def run_handoff(
-    state: SandboxState, spec: str, service: str, model: str, *, port: int, auto_approve: bool
+    state: SandboxState, spec: str, service: str, *, port: int, auto_approve: bool
 ) -> DemoResult:
-    """One handoff as a Prefect flow, with client traffic through the Service."""
+    """One handoff as a Prefect flow, with client traffic through the Service.
+
+    The clients name no model, so they keep working whichever model the Service serves.
+    """
     from prefect import tags
 
     from flows.handoff import handoff
-    from flows.spec import load_spec
 
-    spec_file = SPECS / f"{spec}.yaml"
-    loaded = load_spec(spec_file)
     started = time.monotonic()
     url = "http://" + address_of(state.run_dir, NAMESPACE, service, port)
-    outcome, image, strategy = "failed", None, None
-    with (
-        ClientLoad(url, model=model, streams=4) as load,
-        tags(f"service:{service}", f"handoff:{spec}"),
-    ):
+    outcome, image, strategy, declared = "failed", None, None, None
+    with ClientLoad(url, streams=4) as load, tags(f"service:{service}", f"handoff:{spec}"):
         try:
             record = handoff(
-                str(spec_file), auto_approve=auto_approve, kubeconfig=str(state.kubeconfig)
+                str(SPECS / f"{spec}.yaml"),
+                auto_approve=auto_approve,
+                kubeconfig=str(state.kubeconfig),
             )
             outcome, image, strategy = record.outcome, record.image, record.strategy
+            declared = record.downtime_bound_s
         except Exception as exc:
             outcome = f"failed: {exc}"
         time.sleep(2.0)  # traffic continues a moment after the retirement
-    del loaded
     return DemoResult(
         spec=spec,
         outcome=outcome,
@@ -112,7 +128,7 @@ def run_handoff(
         requests_ok=load.succeeded,
         requests_failed=len(load.failed),
         unavailable_s=round(load.unavailable_s(), 2),
-        declared_downtime_s=None,
+        declared_downtime_s=declared,
         seconds=round(time.monotonic() - started, 1),
     )
 
@@ -143,20 +159,9 @@ def main(run_dir: Path, *, auto_approve: bool, console: Console) -> list[DemoRes
     say(f"Prefect UI: {(state.prefect_api_url or '').removesuffix('/api')}")
     world, _kube = prepare(state, say)
     ci = ci_after_merge(world, say)
-    results = [
-        run_handoff(
-            state, "clef-candle", "clef-serve", "clef-flash", port=80, auto_approve=auto_approve
-        )
-    ]
+    results = [run_handoff(state, "clef-candle", "clef-serve", port=80, auto_approve=auto_approve)]
     ci.join(timeout=CI_DELAY_S + 60)
     results.append(
-        run_handoff(
-            state,
-            "coder-14b-fp16",
-            "coder-predictor",
-            "coder-14b-fp16",
-            port=80,
-            auto_approve=auto_approve,
-        )
+        run_handoff(state, "coder-14b-fp16", "coder-predictor", port=80, auto_approve=auto_approve)
     )
     return results

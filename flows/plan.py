@@ -125,11 +125,9 @@ def make_plan(kube: Kube, spec: HandoffSpec) -> Plan:
         current_pods=[p for p in ns_pods if any(owned_by_deployment(p, d.name) for d in current)],
         candidate_pods=[p for p in ns_pods if candidate and owned_by_deployment(p, candidate.name)],
     )
-    pin = (
-        _live_selector_pin(kube, spec, service, current, manifest)
-        if decision.strategy is Strategy.SIDE_BY_SIDE
-        else None
-    )
+    # Side by side or in place, the candidate's pods must not join the Service before
+    # the gates and the swap: a selector they would match is narrowed first.
+    pin = _live_selector_pin(kube, spec, service, current, manifest) if decision.strategy else None
     return Plan(
         spec_name=spec.name,
         namespace=spec.namespace,

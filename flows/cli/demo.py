@@ -39,12 +39,14 @@ def demo(
         "handoff",
         "outcome",
         "strategy",
-        "client requests ok",
+        "requests ok",
         "failed",
-        "longest unavailability (s)",
+        "unavailable (s)",
+        "declared (s)",
         "took (s)",
     )
     for r in results:
+        declared = "-" if r.declared_downtime_s is None else f"<= {r.declared_downtime_s:.0f}"
         table.add_row(
             r.spec,
             r.outcome,
@@ -52,6 +54,7 @@ def demo(
             str(r.requests_ok),
             str(r.requests_failed),
             f"{r.unavailable_s:g}",
+            declared,
             f"{r.seconds:g}",
         )
     console.print(table)
