@@ -9,7 +9,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-console = Console()
+# A table of eight columns needs more than the 80 columns rich assumes off a terminal.
+console = Console(width=None if Console().is_terminal else 120)
 
 
 def demo(
