@@ -18,8 +18,6 @@ from flows.ledger import ANNOTATION, TERMINAL, Ledger, Phase, parse_ledger
 from flows.plan import Plan
 from flows.spec import HandoffSpec
 
-_RETRIES = 5
-
 
 def now_iso() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -35,9 +33,9 @@ def save_ledger(
 ) -> Ledger:
     """Write the ledger (and any extra annotations) with a resourceVersion precondition."""
     stamped = ledger.model_copy(update={"updated_at": now_iso()})
-    for _ in range(_RETRIES):
-        service = read.read_service(kube, spec.namespace, spec.service)
-        on_cluster = parse_ledger(service.annotations)
+
+    def changes(annotations: dict[str, str]) -> dict[str, str | None]:
+        on_cluster = parse_ledger(annotations)
         if (
             on_cluster is not None
             and on_cluster.handoff_id != ledger.handoff_id
@@ -48,21 +46,13 @@ def save_ledger(
                 f"{on_cluster.handoff_id} ({on_cluster.phase}), not {ledger.handoff_id}: "
                 "another run took over; stop this one"
             )
-        try:
-            write.patch_service(
-                kube,
-                spec.namespace,
-                spec.service,
-                resource_version=service.resource_version,
-                annotations={ANNOTATION: stamped.dump(), **(extra or {})},
-            )
-            return stamped
-        except Conflict:
-            continue
-    raise PermanentError(
-        f"Service {spec.namespace}/{spec.service} kept changing; "
-        f"could not record phase {ledger.phase} after {_RETRIES} tries"
-    )
+        return {ANNOTATION: stamped.dump(), **(extra or {})}
+
+    try:
+        write.update_service_annotations(kube, spec.namespace, spec.service, changes)
+    except Conflict as exc:
+        raise PermanentError(f"could not record phase {ledger.phase}: {exc}") from exc
+    return stamped
 
 
 @dataclass

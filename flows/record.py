@@ -13,7 +13,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from flows.kube import read, write
-from flows.kube.client import Conflict, Kube
+from flows.kube.client import Kube
 from flows.ledger import HISTORY_ANNOTATION, Ledger, appended_history, history_entries
 from flows.spec import HandoffSpec
 
@@ -56,26 +56,19 @@ class HandoffRecord(BaseModel):
 
 def record(kube: Kube, spec: HandoffSpec, entry: HandoffRecord, ledger: Ledger | None) -> None:
     """Append the record to the Service's history and announce it with an Event."""
-    for _ in range(5):
-        service = read.read_service(kube, spec.namespace, spec.service)
-        if any(
+
+    def changes(annotations: dict[str, str]) -> dict[str, str | None] | None:
+        recorded = any(
             e.get("handoff_id") == entry.handoff_id and e.get("outcome") == entry.outcome
-            for e in history_entries(service.annotations)
-        ):
-            break
-        try:
-            write.patch_service(
-                kube,
-                spec.namespace,
-                spec.service,
-                resource_version=service.resource_version,
-                annotations={
-                    HISTORY_ANNOTATION: appended_history(service.annotations, entry.compact())
-                },
-            )
-            break
-        except Conflict:
-            continue
+            for e in history_entries(annotations)
+        )
+        return (
+            None
+            if recorded
+            else {HISTORY_ANNOTATION: appended_history(annotations, entry.compact())}
+        )
+
+    write.update_service_annotations(kube, spec.namespace, spec.service, changes)
     if entry.outcome == "rolled-back":
         return  # the rollback announced itself, with its cause
     service = read.read_service(kube, spec.namespace, spec.service)

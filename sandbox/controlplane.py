@@ -135,12 +135,7 @@ def _wait_ready(url: str, ca: Path, token: str, started: list[procs.ProcessRecor
         verify=context, timeout=2.0, headers={"Authorization": f"Bearer {token}"}
     ) as c:
         while time.monotonic() < deadline:
-            for record in started:
-                if not procs.is_alive(record):
-                    raise ControlPlaneError(
-                        f"{record.name} exited during start-up; last lines of {record.log}:\n"
-                        f"{procs.log_tail(record.log)}"
-                    )
+            _raise_if_dead(started)
             try:
                 response = c.get(f"{url}/readyz")
                 if response.status_code == 200:
@@ -213,13 +208,18 @@ def start(run_dir: Path, extra_args: dict[str, list[str]] | None = None) -> Cont
 def _check_still_running(started: list[procs.ProcessRecord], *, settle_s: float) -> None:
     deadline = time.monotonic() + settle_s
     while time.monotonic() < deadline:
-        for record in started:
-            if not procs.is_alive(record):
-                raise ControlPlaneError(
-                    f"{record.name} exited during start-up; last lines of {record.log}:\n"
-                    f"{procs.log_tail(record.log)}"
-                )
+        _raise_if_dead(started)
         time.sleep(0.1)
+
+
+def _raise_if_dead(started: list[procs.ProcessRecord]) -> None:
+    """Name the first process that exited, with the tail of its log."""
+    for record in started:
+        if not procs.is_alive(record):
+            raise ControlPlaneError(
+                f"{record.name} exited during start-up; last lines of {record.log}:\n"
+                f"{procs.log_tail(record.log)}"
+            )
 
 
 def stop(plane: ControlPlane) -> list[str]:

@@ -121,4 +121,5 @@ def down(run_dir: RunDir = None) -> None:
     stopped = manager.down(_run_dir(run_dir))
     console.print(f"stopped: {', '.join(stopped)}" if stopped else "nothing was running")
 
+
 app.command("model-server")(model_server)

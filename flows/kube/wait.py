@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
 
 from kubernetes import watch
 from kubernetes.client.exceptions import ApiException
@@ -74,6 +75,20 @@ def wait_endpoints(
     )
 
 
+@dataclass(frozen=True)
+class _Watch(Generic[S, T]):
+    """One wait: what to list and watch, how to snapshot, decide and describe."""
+
+    kube: Kube
+    list_fn: Callable[..., Any]
+    namespace: str
+    selectors: dict[str, str]
+    snapshot: Callable[[dict[str, Any]], S]
+    decide: Callable[[list[S]], T | None]
+    describe: Callable[[dict[str, S]], str]
+    what: str
+
+
 def watch_until(
     kube: Kube,
     list_fn: Callable[..., Any],
@@ -87,6 +102,7 @@ def watch_until(
     **selectors: str,
 ) -> T:
     """List once, then follow a watch from that resourceVersion, deciding on every event."""
+    spec = _Watch(kube, list_fn, namespace, selectors, snapshot, decide, describe, what)
     deadline = time.monotonic() + deadline_s
     while True:
         with mapped(f"list for {what} in {namespace}"):
@@ -96,19 +112,7 @@ def watch_until(
         if verdict is not None:
             return verdict
         try:
-            return _follow(
-                kube,
-                list_fn,
-                namespace,
-                selectors,
-                raw["metadata"]["resourceVersion"],
-                items,
-                snapshot,
-                decide,
-                deadline,
-                what,
-                describe,
-            )
+            return _follow(spec, raw["metadata"]["resourceVersion"], items, deadline)
         except _Restart:
             continue
 
@@ -117,40 +121,30 @@ class _Restart(Exception):
     """The watch expired (410 Gone): list again."""
 
 
-def _follow(
-    kube: Kube,
-    list_fn: Callable[..., Any],
-    namespace: str,
-    selectors: dict[str, str],
-    resource_version: str,
-    items: dict[str, S],
-    snapshot: Callable[[dict[str, Any]], S],
-    decide: Callable[[list[S]], T | None],
-    deadline: float,
-    what: str,
-    describe: Callable[[dict[str, S]], str],
-) -> T:
+def _follow(spec: _Watch[S, T], resource_version: str, items: dict[str, S], deadline: float) -> T:
     w = watch.Watch()
     while True:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
-            raise WaitTimedOut(f"timed out waiting for {what}; last seen: {describe(items)}")
+            raise WaitTimedOut(
+                f"timed out waiting for {spec.what}; last seen: {spec.describe(items)}"
+            )
         try:
             stream = w.stream(
-                list_fn,
-                namespace,
+                spec.list_fn,
+                spec.namespace,
                 resource_version=resource_version,
                 timeout_seconds=max(1, int(min(remaining, 30))),
-                **selectors,
+                **spec.selectors,
             )
             for event in stream:
-                obj: dict[str, Any] = kube.api.sanitize_for_serialization(event["object"])
+                obj: dict[str, Any] = spec.kube.api.sanitize_for_serialization(event["object"])
                 resource_version = obj["metadata"]["resourceVersion"]
                 if event["type"] == "DELETED":
                     items.pop(obj["metadata"]["name"], None)
                 else:
-                    items[obj["metadata"]["name"]] = snapshot(obj)
-                verdict = decide(list(items.values()))
+                    items[obj["metadata"]["name"]] = spec.snapshot(obj)
+                verdict = spec.decide(list(items.values()))
                 if verdict is not None:
                     w.stop()
                     return verdict

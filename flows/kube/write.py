@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import datetime as dt
 import uuid
+from collections.abc import Callable
 from typing import Any
 
-from flows.kube.client import FIELD_MANAGER, Kube, mapped
+from flows.kube.client import FIELD_MANAGER, Conflict, Kube, mapped
 
 APPLY_PATCH = "application/apply-patch+yaml"
 MERGE_PATCH = "application/merge-patch+json"
@@ -176,3 +177,38 @@ def delete_deployment(kube: Kube, namespace: str, name: str) -> None:
             )
     except NotFound:
         pass
+
+
+def update_service_annotations(
+    kube: Kube,
+    namespace: str,
+    name: str,
+    compute: Callable[[dict[str, str]], dict[str, str | None] | None],
+    *,
+    retries: int = 5,
+) -> bool:
+    """Read-modify-write of a Service's annotations, guarded by resourceVersion.
+
+    compute(current annotations) returns the annotations to set (None values remove),
+    or None when nothing needs writing. A 409 re-reads and computes again. Returns
+    whether a write was made; raises Conflict if the Service kept changing.
+    """
+    from flows.kube.read import read_service
+
+    for _ in range(retries):
+        service = read_service(kube, namespace, name)
+        changes = compute(service.annotations)
+        if changes is None:
+            return False
+        try:
+            patch_service(
+                kube,
+                namespace,
+                name,
+                resource_version=service.resource_version,
+                annotations=changes,
+            )
+            return True
+        except Conflict:
+            continue
+    raise Conflict(f"Service {namespace}/{name} kept changing: {retries} writes refused (409)")
