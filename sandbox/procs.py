@@ -34,7 +34,7 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _start_ticks(pid: int) -> int | None:
+def start_ticks(pid: int) -> int | None:
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
@@ -47,7 +47,7 @@ def _start_ticks(pid: int) -> int | None:
 
 
 def is_alive(record: ProcessRecord) -> bool:
-    return _start_ticks(record.pid) == record.start_ticks
+    return start_ticks(record.pid) == record.start_ticks
 
 
 def spawn(
@@ -64,7 +64,7 @@ def spawn(
             start_new_session=True,
             env=env,
         )
-    ticks = _start_ticks(proc.pid)
+    ticks = start_ticks(proc.pid)
     return ProcessRecord(name=name, pid=proc.pid, start_ticks=ticks or 0, log=log)
 
 

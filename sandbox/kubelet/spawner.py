@@ -103,7 +103,7 @@ class Spawner:
                 env=env,
                 cwd=request.log.parent,
             )
-        ticks = procs._start_ticks(popen.pid) or 0  # identifies the pid across recycling
+        ticks = procs.start_ticks(popen.pid) or 0  # identifies the pid across recycling
         record = procs.ProcessRecord(
             name=request.name, pid=popen.pid, start_ticks=ticks, log=request.log
         )
