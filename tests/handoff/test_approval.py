@@ -9,6 +9,8 @@ import subprocess
 import time
 from pathlib import Path
 
+import httpx
+
 from flows.kube.client import Kube
 from flows.ledger import history_entries, parse_ledger
 from tests.world import handoff_cli, run_handoff, service, spec_in, start_handoff
@@ -16,11 +18,9 @@ from tests.world import handoff_cli, run_handoff, service, spec_in, start_handof
 RUN_ID = re.compile(r"/runs/flow-run/([0-9a-f-]{36})")
 
 
-def _paused_run_id(process: subprocess.Popen[str], timeout_s: float = 120) -> str:
-    """Read the flow run's id from its output, then wait until it is paused."""
-    from prefect import get_client
-    from prefect.client.schemas.objects import StateType
-
+def _paused_run_id(process: subprocess.Popen[str], api: str, timeout_s: float = 120) -> str:
+    """Read the flow run's id from its output, then wait (Prefect's REST API) until it
+    is paused."""
     assert process.stdout is not None
     deadline = time.monotonic() + timeout_s
     run_id = None
@@ -30,11 +30,11 @@ def _paused_run_id(process: subprocess.Popen[str], timeout_s: float = 120) -> st
         match = RUN_ID.search(line)
         run_id = match.group(1) if match else None
     assert run_id, "no flow run id printed"
-    with get_client(sync_client=True) as prefect:
-        while time.monotonic() < deadline:
-            if prefect.read_flow_run(run_id).state_type == StateType.PAUSED:
-                return run_id
-            time.sleep(0.5)
+    while time.monotonic() < deadline:
+        state = httpx.get(f"{api}/flow_runs/{run_id}", timeout=10).json()["state"]
+        if state["type"] == "PAUSED":
+            return run_id
+        time.sleep(0.5)
     raise AssertionError(f"flow run {run_id} never paused")
 
 
@@ -43,13 +43,11 @@ def test_paused_handoff_excludes_another_and_rejection_rolls_back(
     seeded: str,
     handoff_env: dict[str, str],
     tmp_path: Path,
-    monkeypatch,  # type: ignore[no-untyped-def]
 ) -> None:
-    monkeypatch.setenv("PREFECT_API_URL", handoff_env["PREFECT_API_URL"])
     spec_file = spec_in(seeded, "coder-14b-fp16", tmp_path)
     first = start_handoff(spec_file, handoff_env)  # in place: pauses for the downtime
     try:
-        run_id = _paused_run_id(first)
+        run_id = _paused_run_id(first, handoff_env["PREFECT_API_URL"])
         second = run_handoff(spec_file, handoff_env, "--auto-approve", timeout_s=120)
         assert second.returncode != 0
         assert "is being handed off by" in second.stdout + second.stderr
