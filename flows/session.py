@@ -23,6 +23,7 @@ from flows.plan import make_plan
 from flows.progress import HandoffRun, now_iso
 from flows.record import HandoffRecord, Trigger, record
 from flows.render_report import plan_markdown, record_markdown
+from flows.slots import service_slot
 from flows.spec import load_spec
 from flows.start import start_or_resume, unfinished
 
@@ -41,8 +42,12 @@ def begin(spec_file: str, *, kubeconfig: str | None) -> Iterator[HandoffRun]:
     log.info("plan for %s:\n%s", spec.name, plan_markdown(plan))
     pending = unfinished(kube, spec)
     holder = _run_id()
-    with ServiceLease(
-        kube, spec.namespace, spec.service, holder, wait_for=_lease_holder(kube, spec, pending)
+    resuming = pending is not None and pending.spec == spec.name
+    with (
+        service_slot(spec.namespace, spec.service, resuming=resuming),
+        ServiceLease(
+            kube, spec.namespace, spec.service, holder, wait_for=_lease_holder(kube, spec, pending)
+        ),
     ):
         run = start_or_resume(kube, spec, plan, run_id=holder)
         progress = create_progress_artifact(progress=0.0, description=f"handoff {spec.name}")
