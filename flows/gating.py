@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-from collections.abc import Iterator
 
 from pydantic import BaseModel
 
 from flows.capacity import Strategy
 from flows.errors import GateFailed
 from flows.kube import read
-from flows.kube.portforward import PortForwarder
+from flows.kube.portforward import pod_url
 from flows.ledger import Phase
 from flows.progress import HandoffRun
 from gates.golden_format import Golden
@@ -49,10 +48,8 @@ class Evidence(BaseModel):
         return head + "\n".join(f"\n### {g.name}: {g.verdict}\n{g.markdown}" for g in self.gates)
 
 
-@contextlib.contextmanager
-def _forward(run: HandoffRun, pod: str) -> Iterator[str]:
-    with PortForwarder(run.kube, run.spec.namespace, pod, run.spec.candidate.port) as pf:
-        yield pf.url
+def _forward(run: HandoffRun, pod: str) -> contextlib.AbstractContextManager[str]:
+    return pod_url(run.kube, run.spec.namespace, pod, run.spec.candidate.port)
 
 
 def _baseline_pod(run: HandoffRun) -> str | None:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from flows.errors import PermanentError
 from flows.kube import read, write
 from flows.kube.objects import PodSnapshot
-from flows.kube.portforward import PortForwarder
+from flows.kube.portforward import pod_url
 from flows.kube.wait import wait_pods
 from flows.ledger import REVISION_LABEL, Phase
 from flows.progress import HandoffRun
@@ -109,9 +109,9 @@ def warm(run: HandoffRun) -> tuple[str, ...]:
         )
     pods = wait_candidate_ready(run, run.spec.candidate.preview_replicas)
     for pod in pods:
-        with PortForwarder(run.kube, run.spec.namespace, pod, run.spec.candidate.port) as pf:
+        with pod_url(run.kube, run.spec.namespace, pod, run.spec.candidate.port) as url:
             result = run_smoke(
-                pf.url, model_id=run.spec.gates.model_id, deadline_s=run.spec.gates.smoke_deadline_s
+                url, model_id=run.spec.gates.model_id, deadline_s=run.spec.gates.smoke_deadline_s
             )
         if not result.passed:
             raise CandidateFailed(

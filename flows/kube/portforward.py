@@ -15,12 +15,13 @@ import contextlib
 import selectors
 import socket
 import threading
+from collections.abc import Iterator
 from types import TracebackType
 
 from kubernetes import client
 from kubernetes.stream import portforward
 
-from flows.kube.client import Kube
+from flows.kube.client import Kube, mapped
 
 _CHUNK = 65536
 
@@ -111,3 +112,16 @@ def _bridge(a: socket.socket, b: socket.socket, closed: threading.Event) -> None
                 sel.unregister(src)
                 with contextlib.suppress(OSError):
                     peers[src].shutdown(socket.SHUT_WR)
+
+
+@contextlib.contextmanager
+def pod_url(kube: Kube, namespace: str, pod: str, port: int) -> Iterator[str]:
+    """A base URL reaching the pod's port: the pod IP when running inside the cluster
+    (no detour through the apiserver), otherwise a port-forward on 127.0.0.1."""
+    if kube.in_cluster:
+        with mapped(f"read pod {namespace}/{pod}"):
+            ip = kube.core.read_namespaced_pod(pod, namespace).status.pod_ip
+        yield f"http://{ip}:{port}"
+        return
+    with PortForwarder(kube, namespace, pod, port) as forwarder:
+        yield forwarder.url
