@@ -34,6 +34,8 @@ def server_env(run_dir: Path, port: int) -> dict[str, str]:
         "PREFECT_UI_ENABLED": "true",
         # The UI is a browser app: it must be told where its API is, or it calls :4200.
         "PREFECT_UI_API_URL": f"http://127.0.0.1:{port}/api",
+        # Events (merge triggers, the newest-merge check) readable within half a second.
+        "PREFECT_SERVER_SERVICES_EVENT_PERSISTER_FLUSH_INTERVAL": "0.5",
         "PREFECT_LOGGING_LEVEL": "WARNING",
     }
 

@@ -34,12 +34,7 @@ class PrefectServer(BaseModel):
 def start_prefect(run_dir: Path) -> PrefectServer:
     port = procs.free_port()
     api = f"http://127.0.0.1:{port}/api"
-    env = {
-        **prefect_server.server_env(run_dir),
-        "PREFECT_UI_API_URL": api,
-        # events become readable within half a second instead of five
-        "PREFECT_SERVER_SERVICES_EVENT_PERSISTER_FLUSH_INTERVAL": "0.5",
-    }
+    env = prefect_server.server_env(run_dir, port)
     argv = [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1"]
     record = procs.spawn(
         "prefect-server", [*argv, "--port", str(port)], run_dir / "prefect.log", env=env
