@@ -12,46 +12,20 @@ from kubernetes.client.exceptions import ApiException
 
 from sandbox.cluster import NodeConfig
 from sandbox.kubelet.nodes import NodeHeartbeat, register_node
+from tests.kubelet.objects import deployment, service
 
 
 def _deployment(name: str, *, replicas: int, gpus: int = 0) -> dict:
     resources = {"limits": {"nvidia.com/gpu": str(gpus)}} if gpus else {}
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": name},
-        "spec": {
-            "replicas": replicas,
-            "selector": {"matchLabels": {"app": name}},
-            "template": {
-                "metadata": {"labels": {"app": name}},
-                "spec": {
-                    "automountServiceAccountToken": False,
-                    "containers": [
-                        {"name": "main", "image": "example.invalid/app:1", "resources": resources}
-                    ],
-                },
-            },
-        },
-    }
-
-
-def _service(name: str, selector: dict[str, str]) -> dict:
-    return {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": {"name": name},
-        "spec": {
-            "selector": selector,
-            "ports": [{"name": "http", "protocol": "TCP", "port": 80, "targetPort": 8080}],
-        },
-    }
+    container = {"name": "main", "image": "example.invalid/app:1", "resources": resources}
+    spec = {"automountServiceAccountToken": False, "containers": [container]}
+    return deployment(name, spec, replicas=replicas)
 
 
 def test_selector_patch_keeps_cluster_ip(kube_api: client.ApiClient, namespace: str) -> None:
     apps, core = client.AppsV1Api(kube_api), client.CoreV1Api(kube_api)
     apps.create_namespaced_deployment(namespace, _deployment("old", replicas=0))
-    before = core.create_namespaced_service(namespace, _service("svc", {"app": "old"}))
+    before = core.create_namespaced_service(namespace, service("svc", {"app": "old"}))
     after = core.patch_namespaced_service("svc", namespace, {"spec": {"selector": {"app": "new"}}})
     assert after.spec.cluster_ip == before.spec.cluster_ip
     assert after.spec.selector == {"app": "new"}
@@ -60,7 +34,7 @@ def test_selector_patch_keeps_cluster_ip(kube_api: client.ApiClient, namespace: 
 
 def test_stale_resource_version_conflicts(kube_api: client.ApiClient, namespace: str) -> None:
     core = client.CoreV1Api(kube_api)
-    first = core.create_namespaced_service(namespace, _service("svc", {"app": "a"}))
+    first = core.create_namespaced_service(namespace, service("svc", {"app": "a"}))
     core.patch_namespaced_service("svc", namespace, {"spec": {"selector": {"app": "b"}}})
     stale = {
         "metadata": {"resourceVersion": first.metadata.resource_version},
