@@ -6,6 +6,7 @@ SIGTERM starts a drain: new requests get 503, accepted ones finish, then the pro
 from __future__ import annotations
 
 import asyncio
+import functools
 import gc
 import socket
 import sys
@@ -26,6 +27,7 @@ from sandbox.modelserver.faults import Fault, crash_without_cuda
 from sandbox.modelserver.httpd.server import serve_until_drained
 from sandbox.modelserver.lm.blas import single_threaded_blas
 from sandbox.modelserver.lm.model import ModelSpec
+from sandbox.modelserver.pacer import Pacer
 from sandbox.modelserver.profiles import WEIGHT_SEEDS
 
 # A thread waiting for the GIL gets it within 0.5 ms rather than the default 5 ms.
@@ -50,7 +52,8 @@ def run_server(config: ServerConfig) -> None:
 
 
 async def _serve(config: ServerConfig, spec: ModelSpec, sock: socket.socket) -> None:
-    runtime = _runtime(config, spec)
+    pacer = Pacer(asyncio.get_running_loop())
+    runtime = _runtime(config, spec, pacer)
     profile = config.resolved_profile()
     handler = build_handler(runtime, Served(profile.model_id, profile.max_model_len))
     host, port = sock.getsockname()[:2]
@@ -69,16 +72,17 @@ async def _serve(config: ServerConfig, spec: ModelSpec, sock: socket.socket) -> 
         )
     finally:
         runtime.engine.stop()
+        pacer.close()
         runtime.ground_truth.close()
 
 
-def _runtime(config: ServerConfig, spec: ModelSpec) -> Runtime:
+def _runtime(config: ServerConfig, spec: ModelSpec, pacer: Pacer) -> Runtime:
     """Engine, lifecycle and ground-truth file, with the config's faults and time scaling."""
     cold_start_s = config.slow_start_s * config.time_scale if config.has(Fault.slow_start) else 0
     engine = Engine(
         spec,
         make_policy(config.resolved_profile(), scale=config.slowdown * config.time_scale),
-        dispatch=_dispatcher(asyncio.get_running_loop()),
+        dispatch=_dispatcher(pacer),
         stall_after=config.stall_after_tokens if config.has(Fault.stall) else None,
         realtime=config.realtime,
     )
@@ -100,13 +104,14 @@ def _quiet_gc() -> None:
     gc.set_threshold(*GC_THRESHOLDS)
 
 
-def _dispatcher(loop: asyncio.AbstractEventLoop) -> Dispatch:
-    def deliver_all(events: list[tuple[Deliver, Event]]) -> None:
-        for deliver, event in events:
-            deliver(event)
+def _deliver_all(events: list[tuple[Deliver, Event]]) -> None:
+    for deliver, event in events:
+        deliver(event)
 
-    def dispatch(events: list[tuple[Deliver, Event]]) -> None:
+
+def _dispatcher(pacer: Pacer) -> Dispatch:
+    def dispatch(due_ns: int, events: list[tuple[Deliver, Event]]) -> None:
         if events:
-            loop.call_soon_threadsafe(deliver_all, events)
+            pacer.schedule_threadsafe(due_ns, functools.partial(_deliver_all, events))
 
     return dispatch

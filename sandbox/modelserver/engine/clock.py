@@ -1,9 +1,10 @@
-"""The clock thread: waits for each step's absolute deadline and releases its tokens.
+"""The clock thread: plans each step and releases its tokens just before its deadline.
 
-asyncio's timers round to whole milliseconds (its epoll waits take ms), so the pacing lives
-in a thread of its own, waiting on a condition with a timeout (a CLOCK_MONOTONIC timed wait)
-at a 1 ns timer slack and real-time priority where permitted; tokens cross to the event
-loop through `dispatch`. Measured on 2 shared cores (load 5-7): wake-up p99 0.2 ms.
+The thread waits on a condition with a timeout (a CLOCK_MONOTONIC timed wait) at a 1 ns timer
+slack and real-time priority where permitted, until `RELEASE_LEAD_NS` before the step's
+deadline, then hands the step's tokens with the deadline to `dispatch`, which writes them at
+the deadline itself (see `sandbox.modelserver.pacer`): the clock's own wake-up, late now and
+then on a shared machine, stays off the tokens' timing.
 
 A batch step waits until all of its tokens are computed (a slow GPU step is late for
 everyone). A cadence stream whose token is not computed yet is set aside instead, so it
@@ -31,10 +32,13 @@ from sandbox.modelserver.engine.sequence import (
     is_last,
 )
 
-Dispatch = Callable[[list[tuple[Deliver, Event]]], None]
+Dispatch = Callable[[int, list[tuple[Deliver, Event]]], None]  # (deadline ns, events)
 
 _PR_SET_TIMERSLACK = 29
 _READY_TIMEOUT_S = 30.0
+# How long before a step's deadline its tokens are released to the writer. The clock's wake-up
+# may be late by about this much (a GIL hand-over, a busy core) without the tokens being late.
+RELEASE_LEAD_NS = 2_000_000
 
 
 def set_timer_slack_ns(ns: int) -> bool:
@@ -81,7 +85,7 @@ class Clock:
         while not self.stop.is_set():
             step = self._next_step()
             if step is not None:
-                self._wait_until(step.deadline_ns)
+                self._wait_until(step.deadline_ns - RELEASE_LEAD_NS)
                 self._run(step)
 
     def _next_step(self) -> Step | None:
@@ -96,7 +100,7 @@ class Clock:
         return step
 
     def _wait_until(self, deadline_ns: int) -> None:
-        """Sleep to the deadline, sending late cadence tokens as they arrive meanwhile."""
+        """Sleep until `deadline_ns`, sending late cadence tokens as they arrive meanwhile."""
         while not self.stop.is_set():
             with self.cond:
                 remaining_ns = deadline_ns - time.monotonic_ns()
@@ -118,7 +122,7 @@ class Clock:
 
     def _run(self, step: Step) -> None:
         released = self._release(step)
-        self.dispatch(released.events)
+        self.dispatch(step.deadline_ns, released.events)
         self.link.send_grants(released.grants)
         sent = Step(step.deadline_ns, tuple(released.sent), step.prefill)
         self.policy.done(sent, ended_ns=self._ended_ns(step, released.waited))
@@ -127,12 +131,12 @@ class Clock:
     def _ended_ns(step: Step, waited: bool) -> int:
         """When the step counts as finished, the base of the next deadlines. Sleeping late
         does not move it (absolute deadlines, no drift); waiting for the compute process
-        does, as a slow GPU step delays every later one. A hiccup beyond RESYNC_NS restarts
-        from now rather than sending a burst to catch up."""
+        past the deadline does, as a slow GPU step delays every later one. A hiccup beyond
+        RESYNC_NS restarts from now rather than sending a burst to catch up."""
         now = time.monotonic_ns()
-        if waited or now - step.deadline_ns > RESYNC_NS:
+        if now - step.deadline_ns > RESYNC_NS:
             return now
-        return step.deadline_ns
+        return max(now, step.deadline_ns) if waited else step.deadline_ns
 
     def _release(self, step: Step) -> _Released:
         out = _Released()
