@@ -4,7 +4,8 @@ The thread waits on a condition with a timeout (a CLOCK_MONOTONIC timed wait) at
 slack and real-time priority where permitted, until `RELEASE_LEAD_NS` before the step's
 deadline, then hands the step's tokens with the deadline to `dispatch`, which writes them at
 the deadline itself (see `sandbox.modelserver.pacer`): the clock's own wake-up, late now and
-then on a shared machine, stays off the tokens' timing.
+then on a shared machine, stays off the tokens' timing. A batching engine still plans its
+next step at the deadline, so what it admits does not change with the lead.
 
 A batch step waits until all of its tokens are computed (a slow GPU step is late for
 everyone). A cadence stream whose token is not computed yet is set aside instead, so it
@@ -87,6 +88,8 @@ class Clock:
             if step is not None:
                 self._wait_until(step.deadline_ns - RELEASE_LEAD_NS)
                 self._run(step)
+                if self.policy.plans_at_deadline:
+                    self._wait_until(step.deadline_ns)
 
     def _next_step(self) -> Step | None:
         with self.cond:

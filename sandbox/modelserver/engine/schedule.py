@@ -33,6 +33,9 @@ class ContinuousBatching:
     `max_num_seqs` run, the rest queue in arrival order."""
 
     batch_waits_for_compute = True
+    # The next step is planned when this one ends, so a request that arrives while the
+    # clock has already released this step's tokens still joins the next one.
+    plans_at_deadline = True
 
     def __init__(self, profile: Profile, *, scale: float) -> None:
         self.profile = profile
@@ -82,6 +85,7 @@ class Cadence:
     batching effects and no cap."""
 
     batch_waits_for_compute = False
+    plans_at_deadline = False  # streams are independent: plan the next as soon as possible
 
     def __init__(self, profile: Profile, *, scale: float) -> None:
         self.interval_ns = round(profile.step_ms_1 * scale * _MS)
