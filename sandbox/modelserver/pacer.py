@@ -60,7 +60,8 @@ class _TimerFd:
 
 class Pacer:
     """Call each delivery on the loop at its deadline (`time.monotonic_ns()` clock), in
-    deadline order; a delivery whose deadline has passed runs at once. Without a timerfd
+    deadline order; one whose deadline has passed runs at once, after any earlier overdue
+    one. Without a timerfd
     (not Linux) deadlines fall back to asyncio's millisecond timers."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -85,20 +86,25 @@ class Pacer:
             self._timer = None
 
     def _schedule(self, due_ns: int, delivery: Delivery) -> None:
-        if due_ns <= time.monotonic_ns():
-            self._run(delivery)
-            return
         if self._timer is None:
             self._loop.call_later((due_ns - time.monotonic_ns()) / 1e9, delivery)
             return
         earliest = not self._due or due_ns < self._due[0][0]
         heapq.heappush(self._due, (due_ns, next(self._order), delivery))
-        if earliest:
+        if due_ns <= time.monotonic_ns():
+            # Through the queue even when overdue: an earlier delivery whose timer fired but
+            # has not run yet (same loop iteration) must still go first.
+            self._run_due()
+        elif earliest:
             self._timer.arm(due_ns)
 
     def _fire(self) -> None:
         assert self._timer is not None
         self._timer.clear()
+        self._run_due()
+
+    def _run_due(self) -> None:
+        assert self._timer is not None
         while self._due and self._due[0][0] <= time.monotonic_ns():
             self._run(heapq.heappop(self._due)[2])
         if self._due:

@@ -60,3 +60,27 @@ def test_a_failing_delivery_is_reported_and_the_rest_still_run() -> None:
     ran, errors = asyncio.run(_paced([1.0, 1.0, 2.0], failing=frozenset({0})))
     assert [i for i, _, _ in ran] == [0, 1, 2]
     assert [str(e["exception"]) for e in errors] == ["delivery 0 failed"]
+
+
+def test_an_overdue_delivery_waits_for_an_earlier_one_whose_timer_fired() -> None:
+    """The loop is busy past A's deadline; B (later deadline, also overdue) is scheduled in
+    the iteration where A's timer fires, ahead of the timer's callback: A still runs first."""
+
+    async def scenario() -> list[str]:
+        loop = asyncio.get_running_loop()
+        pacer = Pacer(loop)
+        ran: list[str] = []
+        finished = asyncio.Event()
+        t0 = time.monotonic_ns()
+
+        def busy_then_schedule_b() -> None:
+            time.sleep(0.003)  # the loop is held up past both deadlines
+            pacer.schedule_threadsafe(t0 + 2 * MS, lambda: (ran.append("B"), finished.set()))
+
+        pacer.schedule_threadsafe(t0 + 1 * MS, lambda: ran.append("A"))
+        loop.call_soon(busy_then_schedule_b)
+        await asyncio.wait_for(finished.wait(), 5)
+        pacer.close()
+        return ran
+
+    assert asyncio.run(scenario()) == ["A", "B"]
