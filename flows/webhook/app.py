@@ -25,7 +25,7 @@ from starlette.routing import Route
 
 from flows.webhook.deliveries import DeliveryLog
 from flows.webhook.events import MergeEvent, PrefectApiError, build_event, emit_events
-from flows.webhook.mirror import MirrorError, changed_files
+from flows.webhook.mirror import MirrorError, changed_files, merged_tree
 from flows.webhook.payload import (
     Merge,
     NotAMerge,
@@ -35,7 +35,7 @@ from flows.webhook.payload import (
     parse_merge,
 )
 from flows.webhook.signature import check_signature
-from flows.webhook.specs import HandoffTarget, index_specs
+from flows.webhook.specs import HandoffTarget, SpecIndex, index_specs
 
 log = logging.getLogger("handoff.webhook")
 MAX_BODY_BYTES = 5 * 1024 * 1024
@@ -146,7 +146,7 @@ def _events_for(
     changed = merge.changed
     if changed is None:
         changed = changed_files(settings.state_dir / "mirrors", merge)
-    index = index_specs(settings.specs_dir, settings.repo_root)
+    index = _specs_as_merged(settings, merge)
     for error in index.errors:
         log.warning("spec skipped: %s", error)
     now = dt.datetime.now(dt.UTC)
@@ -155,6 +155,22 @@ def _events_for(
         for target in index.affected(changed)
         if _first_time(deliveries, target, merge, delivery)
     ]
+
+
+def _specs_as_merged(settings: RelaySettings, merge: Merge) -> SpecIndex:
+    """The specs at the merge commit, so a spec that the merge itself adds or edits counts;
+    the relay's own checkout when the payload names no fetchable repository."""
+    try:
+        specs_rel = settings.specs_dir.resolve().relative_to(settings.repo_root.resolve())
+    except ValueError:
+        specs_rel = None
+    if merge.clone_url is not None and specs_rel is not None:
+        try:
+            with merged_tree(settings.state_dir / "mirrors", merge) as tree:
+                return index_specs(tree / specs_rel, tree)
+        except MirrorError as exc:
+            log.warning("%s; reading the specs from the relay's checkout instead", exc)
+    return index_specs(settings.specs_dir, settings.repo_root)
 
 
 def _first_time(

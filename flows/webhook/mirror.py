@@ -1,8 +1,9 @@
-"""Changed files of a merged pull request, read from a local bare mirror of its repository.
+"""A merge as merged, read from a local bare mirror of its repository: its changed files
+(pull-request payloads name the merge commit but not the files) and its whole tree (the
+specs as merged, so a spec the merge itself adds is seen).
 
-Pull-request payloads name the merge commit but not the files. The relay keeps one
-bare mirror per repository under its state directory, fetches the base branch from
-the payload's clone URL and diffs: a merge commit against its first parent (exactly
+The relay keeps one bare mirror per repository under its state directory, fetches the
+branch from the payload's clone URL and diffs: a merge commit against its first parent (exactly
 what the merge brought in); a squash or rebase merge against the pull request's base
 commit (three-dot: from their merge base), which can only over-report, never miss.
 Fetching again is cheap and idempotent, so a redelivery does the same work.
@@ -10,7 +11,12 @@ Fetching again is cheap and idempotent, so a redelivery does the same work.
 
 from __future__ import annotations
 
+import io
 import re
+import tarfile
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import git
@@ -26,6 +32,28 @@ def _mirror_path(mirror_dir: Path, repository: str) -> Path:
     return mirror_dir / (re.sub(r"[^A-Za-z0-9._-]", "_", repository) + ".git")
 
 
+def _fetched(mirror_dir: Path, merge: Merge) -> tuple[git.Repo, git.Commit]:
+    """The mirror with the merge's branch fetched, and the merge commit in it."""
+    if merge.clone_url is None:
+        raise MirrorError(
+            f"merge {merge.merge_commit[:12]} of {merge.repository}: the payload has no "
+            "repository.clone_url to fetch it from"
+        )
+    path = _mirror_path(mirror_dir, merge.repository)
+    repo = git.Repo(path) if path.exists() else git.Repo.init(path, bare=True, mkdir=True)
+    refspec = f"+refs/heads/{merge.branch}:refs/heads/{merge.branch}"
+    try:
+        # never wait for a password prompt: a relay has no terminal
+        repo.git.fetch("--quiet", merge.clone_url, refspec, env={"GIT_TERMINAL_PROMPT": "0"})
+        return repo, repo.commit(merge.merge_commit)
+    except (git.GitCommandError, ValueError) as exc:
+        raise MirrorError(
+            f"cannot read merge {merge.merge_commit[:12]} of {merge.repository} (mirror "
+            f"{path}, fetched from {merge.clone_url}): {exc}; check that the relay can fetch "
+            "that URL"
+        ) from exc
+
+
 def changed_files(mirror_dir: Path, merge: Merge) -> frozenset[str]:
     """Paths the merge changed on its branch; fetches the branch into the mirror first."""
     if merge.clone_url is None:
@@ -33,21 +61,26 @@ def changed_files(mirror_dir: Path, merge: Merge) -> frozenset[str]:
             f"pull request merge {merge.merge_commit[:12]} of {merge.repository}: the payload "
             "has no repository.clone_url to fetch the files from; send push events instead"
         )
-    path = _mirror_path(mirror_dir, merge.repository)
-    repo = git.Repo(path) if path.exists() else git.Repo.init(path, bare=True, mkdir=True)
-    refspec = f"+refs/heads/{merge.branch}:refs/heads/{merge.branch}"
+    repo, commit = _fetched(mirror_dir, merge)
+    if len(commit.parents) == 1 and merge.base_commit:
+        span = f"{merge.base_commit}...{commit.hexsha}"
+    else:
+        span = f"{commit.hexsha}^1..{commit.hexsha}"
     try:
-        repo.git.fetch("--quiet", merge.clone_url, refspec)
-        commit = repo.commit(merge.merge_commit)
-        if len(commit.parents) == 1 and merge.base_commit:
-            span = f"{merge.base_commit}...{commit.hexsha}"
-        else:
-            span = f"{commit.hexsha}^1..{commit.hexsha}"
         names = repo.git.diff("--name-only", span)
-    except (git.GitCommandError, ValueError) as exc:
+    except git.GitCommandError as exc:
         raise MirrorError(
-            f"cannot read the files of merge {merge.merge_commit[:12]} in {merge.repository} "
-            f"(mirror {path}, fetched from {merge.clone_url}): {exc}; check that the relay can "
-            "fetch that URL"
+            f"cannot diff merge {merge.merge_commit[:12]} of {merge.repository} ({span}): {exc}"
         ) from exc
     return frozenset(line for line in names.splitlines() if line)
+
+
+@contextmanager
+def merged_tree(mirror_dir: Path, merge: Merge) -> Iterator[Path]:
+    """The merge commit's files, extracted into a temporary directory for the block."""
+    repo, commit = _fetched(mirror_dir, merge)
+    archive = repo.git.archive("--format=tar", commit.hexsha, stdout_as_string=False)
+    with tempfile.TemporaryDirectory(prefix="handoff-merge-") as tmp:
+        with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+            tar.extractall(tmp, filter="data")
+        yield Path(tmp)

@@ -2,8 +2,9 @@
 
 A handoff is affected when the merge changed its spec file, its candidate manifest
 or its parity golden file. Paths are compared relative to the repository root, as
-forges report them. Specs are read from the relay's checkout on every delivery
-(a few small YAML files), so a spec added or edited there counts at once.
+forges report them. Specs are read on every delivery (a few small YAML files): from the
+merge commit itself when the relay can fetch it (see `mirror.merged_tree`), else from
+the relay's checkout.
 """
 
 from __future__ import annotations

@@ -13,7 +13,11 @@ from flows.webhook.signature import sign
 
 
 def push_body(
-    changed: list[str], *, after: str = "a" * 40, ref: str = "refs/heads/main"
+    changed: list[str],
+    *,
+    after: str = "a" * 40,
+    ref: str = "refs/heads/main",
+    clone_url: str | None = None,
 ) -> dict[str, Any]:
     commit = {
         "id": after,
@@ -29,7 +33,11 @@ def push_body(
         "after": after,
         "commits": [commit],
         "head_commit": commit,
-        "repository": {"full_name": "riotpiao-poimen/models", "default_branch": "main"},
+        "repository": {
+            "full_name": "riotpiao-poimen/models",
+            "default_branch": "main",
+            **({"clone_url": clone_url} if clone_url else {}),
+        },
     }
 
 

@@ -55,7 +55,8 @@ def _spec(name: str, namespace: str, service: str) -> dict[str, object]:
     }
 
 
-def _files(name: str, namespace: str, service: str) -> dict[str, str]:
+def spec_files(name: str, namespace: str, service: str) -> dict[str, str]:
+    """A spec with its candidate manifest and golden file, at their repository paths."""
     deployment = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name}}
     return {
         f"manifests/handoffs/{name}.yaml": yaml.safe_dump(_spec(name, namespace, service)),
@@ -76,7 +77,7 @@ def make_spec_repo(root: Path, specs: list[str], *, shared_service: bool = False
     git(work, "config", "user.name", "dev")
     files = {"README.md": "# models\n"}
     for name in specs:
-        files.update(_files(name, namespace, services[name]))
+        files.update(spec_files(name, namespace, services[name]))
     commit_files(work, files, "initial layout")
     return SpecRepo(work=work, namespace=namespace, services=services)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 
@@ -14,9 +15,17 @@ from flows.webhook.events import ReceivedMerge, merge_event_id, read_merge_event
 from tests.webhook.conftest import SECRET
 from tests.webhook.payloads import deliver, forgejo_headers, github_headers, push_body
 from tests.webhook.servers import PrefectServer, running_relay
-from tests.webhook.specrepo import SpecRepo, git, merge_and_push
+from tests.webhook.specrepo import SpecRepo, git, merge_and_push, spec_files
 
 ALPHA_MANIFEST = "manifests/llm-serving/alpha.yaml"
+
+
+def bare_remote(repo: SpecRepo) -> Path:
+    """A bare `origin` for the spec repository (no hook: deliveries are posted by hand)."""
+    bare = repo.work.parent / "models.git"
+    git(repo.work.parent, "init", "-q", "--bare", "-b", "main", str(bare))
+    git(repo.work, "remote", "add", "origin", str(bare))
+    return bare
 
 
 def merges(prefect: PrefectServer, repo: SpecRepo, spec: str) -> list[ReceivedMerge]:
@@ -147,9 +156,7 @@ def test_prefect_down_answers_503_and_the_retry_goes_through(
 def test_a_merged_pull_request_reads_its_files_from_a_mirror(
     relay: str, prefect: PrefectServer, spec_repo: SpecRepo
 ) -> None:
-    bare = spec_repo.work.parent / "models.git"
-    git(spec_repo.work.parent, "init", "-q", "--bare", "-b", "main", str(bare))
-    git(spec_repo.work, "remote", "add", "origin", str(bare))
+    bare = bare_remote(spec_repo)
     merge, _ = merge_and_push(spec_repo, {ALPHA_MANIFEST: "kind: Deployment\n"}, "alpha v2")
     pull_request = {
         "action": "closed",
@@ -169,3 +176,31 @@ def test_a_merged_pull_request_reads_its_files_from_a_mirror(
     [event] = merges(prefect, spec_repo, "alpha")
     assert (event.merge.kind, event.merge.merge_commit) == ("pull_request", merge)
     assert event.merge.changed == [ALPHA_MANIFEST]
+
+
+def test_a_spec_added_by_the_merge_itself_is_read_from_the_merge(
+    relay: str, prefect: PrefectServer, spec_repo: SpecRepo
+) -> None:
+    bare = bare_remote(spec_repo)
+    service = f"gamma-{spec_repo.namespace}"
+    files = spec_files("gamma", spec_repo.namespace, service)
+    merge, _ = merge_and_push(spec_repo, files, "add the gamma handoff")
+    git(spec_repo.work, "reset", "-q", "--hard", "HEAD^1")  # the relay's checkout lags behind
+    assert not (spec_repo.specs_dir / "gamma.yaml").exists()
+    body = push_body(sorted(files), after=merge, clone_url=str(bare))
+    reply = deliver(relay, body, SECRET).json()
+    assert reply["handoffs"] == ["gamma"], reply
+    wait_persisted(prefect.api_url)
+    [event] = read_merge_events(prefect.api_url, namespace=spec_repo.namespace, service=service)
+    assert (event.merge.spec_file, event.merge.merge_commit) == (
+        "manifests/handoffs/gamma.yaml",
+        merge,
+    )
+
+
+def test_an_unfetchable_repository_falls_back_to_the_relays_checkout(
+    relay: str, spec_repo: SpecRepo
+) -> None:
+    missing = str(spec_repo.work.parent / "no-such-remote.git")
+    reply = deliver(relay, push_body([ALPHA_MANIFEST], clone_url=missing), SECRET).json()
+    assert reply["handoffs"] == ["alpha"], reply
