@@ -21,6 +21,7 @@ from flows.errors import HandoffError
 from flows.image import ImageRequirement, PinnedImage
 from flows.ledger import Phase
 from flows.progress import HandoffRun
+from flows.stepview import State, StepEvent, notify
 
 T = TypeVar("T")
 STEP_COUNT = 9
@@ -29,10 +30,14 @@ STEP_COUNT = 9
 @contextmanager
 def _timed(run: HandoffRun, name: str) -> Iterator[None]:
     started = time.monotonic()
+    notify(StepEvent(name, "started"))
+    state: State = "failed"
     try:
         yield
+        state = "done"
     finally:
         run.timings[name] = round(time.monotonic() - started, 3)
+        notify(StepEvent(name, state, run.timings[name]))
         _progress(run)
 
 

@@ -9,6 +9,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.live import Live
 from rich.markdown import Markdown
 from rich.table import Table
 
@@ -61,6 +62,7 @@ def run(
     from flows.errors import HandoffError
     from flows.handoff import handoff
     from flows.spec import load_spec
+    from flows.stepview import StepView, listening
 
     try:
         handoff_spec = load_spec(spec)
@@ -77,7 +79,12 @@ def run(
             "PREFECT_API_URL, or pass --auto-approve",
             2,
         )
-    with tags(f"service:{handoff_spec.service}", f"handoff:{handoff_spec.name}"):
+    view = StepView()
+    with (
+        tags(f"service:{handoff_spec.service}", f"handoff:{handoff_spec.name}"),
+        Live(view, console=console, refresh_per_second=4),
+        listening(view),
+    ):
         try:
             record = handoff(
                 str(spec.resolve()),

@@ -6,12 +6,14 @@ the reference, and the report says why."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import yaml
 
 from flows.kube.client import Kube
 from flows.ledger import history_entries, parse_ledger
+from flows.stepview import STEPS
 from sandbox.proxy import address_of
 from sandbox.state import SandboxState
 from sandbox.traffic import ClientLoad
@@ -32,6 +34,8 @@ def test_clef_candle_side_by_side_without_a_failed_request(
         result = run_handoff(spec_file, handoff_env, "--auto-approve")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert load.succeeded > 0 and load.failed == [], load.failed[:3]
+    for step in STEPS:  # the run's step table, as `handoff run` leaves it
+        assert re.search(rf"│ {step}\s+│ done\s+│", result.stdout), (step, result.stdout[-2000:])
     svc = service(kube, seeded, "clef-serve")
     ledger = parse_ledger(svc.metadata.annotations)
     assert ledger is not None and ledger.phase == "done" and ledger.strategy == "side-by-side"
