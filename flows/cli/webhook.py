@@ -79,6 +79,12 @@ def serve(
         console.print(f"[red]--specs-dir {specs_dir} is not a directory[/red]")
         raise typer.Exit(2)
     root = (repo_root or find_repo_root(specs_dir)).resolve()
+    if not specs_dir.resolve().is_relative_to(root):
+        console.print(
+            f"[red]--specs-dir {specs_dir} is not inside the repository root {root}: "
+            "pass --repo-root, the checkout that holds it[/red]"
+        )
+        raise typer.Exit(2)
     settings = RelaySettings(
         secret=secret.encode(),
         specs_dir=specs_dir.resolve(),

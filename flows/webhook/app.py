@@ -25,7 +25,7 @@ from starlette.routing import Route
 
 from flows.webhook.deliveries import DeliveryLog
 from flows.webhook.events import MergeEvent, PrefectApiError, build_event, emit_events
-from flows.webhook.mirror import MirrorError, changed_files, merged_tree
+from flows.webhook.mirror import MirrorError, fetch_merge
 from flows.webhook.payload import (
     Merge,
     NotAMerge,
@@ -45,7 +45,7 @@ class RelaySettings(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     secret: bytes
-    specs_dir: Path
+    specs_dir: Path  # inside repo_root
     repo_root: Path
     prefect_api_url: str
     state_dir: Path
@@ -143,10 +143,7 @@ def _events_for(
     settings: RelaySettings, deliveries: DeliveryLog, merge: Merge, delivery: str
 ) -> list[dict[str, Any]]:
     """One event per affected handoff this merge has not triggered before."""
-    changed = merge.changed
-    if changed is None:
-        changed = changed_files(settings.state_dir / "mirrors", merge)
-    index = _specs_as_merged(settings, merge)
+    changed, index = _read_merge(settings, merge)
     for error in index.errors:
         log.warning("spec skipped: %s", error)
     now = dt.datetime.now(dt.UTC)
@@ -157,20 +154,21 @@ def _events_for(
     ]
 
 
-def _specs_as_merged(settings: RelaySettings, merge: Merge) -> SpecIndex:
-    """The specs at the merge commit, so a spec that the merge itself adds or edits counts;
-    the relay's own checkout when the payload names no fetchable repository."""
+def _read_merge(settings: RelaySettings, merge: Merge) -> tuple[frozenset[str], SpecIndex]:
+    """The merge's changed files and the specs at the merge commit (so a spec that the merge
+    itself adds or edits counts), from one fetch into the mirror. A push lists its files,
+    so when it cannot be fetched the relay's own checkout gives the specs; a pull request
+    names no files and needs the mirror."""
+    specs_in_repo = settings.specs_dir.resolve().relative_to(settings.repo_root.resolve())
     try:
-        specs_rel = settings.specs_dir.resolve().relative_to(settings.repo_root.resolve())
-    except ValueError:
-        specs_rel = None
-    if merge.clone_url is not None and specs_rel is not None:
-        try:
-            with merged_tree(settings.state_dir / "mirrors", merge) as tree:
-                return index_specs(tree / specs_rel, tree)
-        except MirrorError as exc:
-            log.warning("%s; reading the specs from the relay's checkout instead", exc)
-    return index_specs(settings.specs_dir, settings.repo_root)
+        with fetch_merge(settings.state_dir / "mirrors", merge) as merged:
+            changed = merge.changed if merge.changed is not None else merged.changed_files()
+            return changed, index_specs(merged.tree / specs_in_repo, merged.tree)
+    except MirrorError as exc:
+        if merge.changed is None:
+            raise
+        log.warning("%s; reading the specs from the relay's checkout instead", exc)
+    return merge.changed, index_specs(settings.specs_dir, settings.repo_root)
 
 
 def _first_time(

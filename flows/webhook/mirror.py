@@ -17,6 +17,7 @@ import tarfile
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import git
@@ -32,12 +33,39 @@ def _mirror_path(mirror_dir: Path, repository: str) -> Path:
     return mirror_dir / (re.sub(r"[^A-Za-z0-9._-]", "_", repository) + ".git")
 
 
-def _fetched(mirror_dir: Path, merge: Merge) -> tuple[git.Repo, git.Commit]:
-    """The mirror with the merge's branch fetched, and the merge commit in it."""
+@dataclass(frozen=True)
+class MergedCommit:
+    """A merge commit fetched into the mirror, with its files extracted at `tree`."""
+
+    repo: git.Repo
+    commit: git.Commit
+    merge: Merge
+    tree: Path
+
+    def changed_files(self) -> frozenset[str]:
+        """Paths the merge changed on its branch."""
+        commit, merge = self.commit, self.merge
+        if len(commit.parents) == 1 and merge.base_commit:
+            span = f"{merge.base_commit}...{commit.hexsha}"
+        else:
+            span = f"{commit.hexsha}^1..{commit.hexsha}"
+        try:
+            names = self.repo.git.diff("--name-only", span)
+        except git.GitCommandError as exc:
+            raise MirrorError(
+                f"cannot diff merge {commit.hexsha[:12]} of {merge.repository} ({span}): {exc}"
+            ) from exc
+        return frozenset(line for line in names.splitlines() if line)
+
+
+@contextmanager
+def fetch_merge(mirror_dir: Path, merge: Merge) -> Iterator[MergedCommit]:
+    """Fetch the merge's branch into the mirror and extract the merge commit's files into a
+    temporary directory for the block."""
     if merge.clone_url is None:
         raise MirrorError(
             f"merge {merge.merge_commit[:12]} of {merge.repository}: the payload has no "
-            "repository.clone_url to fetch it from"
+            "repository.clone_url to fetch it from; send push events, which list their files"
         )
     path = _mirror_path(mirror_dir, merge.repository)
     repo = git.Repo(path) if path.exists() else git.Repo.init(path, bare=True, mkdir=True)
@@ -45,42 +73,15 @@ def _fetched(mirror_dir: Path, merge: Merge) -> tuple[git.Repo, git.Commit]:
     try:
         # never wait for a password prompt: a relay has no terminal
         repo.git.fetch("--quiet", merge.clone_url, refspec, env={"GIT_TERMINAL_PROMPT": "0"})
-        return repo, repo.commit(merge.merge_commit)
+        commit = repo.commit(merge.merge_commit)
+        archive = repo.git.archive("--format=tar", commit.hexsha, stdout_as_string=False)
     except (git.GitCommandError, ValueError) as exc:
         raise MirrorError(
             f"cannot read merge {merge.merge_commit[:12]} of {merge.repository} (mirror "
             f"{path}, fetched from {merge.clone_url}): {exc}; check that the relay can fetch "
             "that URL"
         ) from exc
-
-
-def changed_files(mirror_dir: Path, merge: Merge) -> frozenset[str]:
-    """Paths the merge changed on its branch; fetches the branch into the mirror first."""
-    if merge.clone_url is None:
-        raise MirrorError(
-            f"pull request merge {merge.merge_commit[:12]} of {merge.repository}: the payload "
-            "has no repository.clone_url to fetch the files from; send push events instead"
-        )
-    repo, commit = _fetched(mirror_dir, merge)
-    if len(commit.parents) == 1 and merge.base_commit:
-        span = f"{merge.base_commit}...{commit.hexsha}"
-    else:
-        span = f"{commit.hexsha}^1..{commit.hexsha}"
-    try:
-        names = repo.git.diff("--name-only", span)
-    except git.GitCommandError as exc:
-        raise MirrorError(
-            f"cannot diff merge {merge.merge_commit[:12]} of {merge.repository} ({span}): {exc}"
-        ) from exc
-    return frozenset(line for line in names.splitlines() if line)
-
-
-@contextmanager
-def merged_tree(mirror_dir: Path, merge: Merge) -> Iterator[Path]:
-    """The merge commit's files, extracted into a temporary directory for the block."""
-    repo, commit = _fetched(mirror_dir, merge)
-    archive = repo.git.archive("--format=tar", commit.hexsha, stdout_as_string=False)
     with tempfile.TemporaryDirectory(prefix="handoff-merge-") as tmp:
         with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
             tar.extractall(tmp, filter="data")
-        yield Path(tmp)
+        yield MergedCommit(repo, commit, merge, Path(tmp))

@@ -3,7 +3,7 @@
 A handoff is affected when the merge changed its spec file, its candidate manifest
 or its parity golden file. Paths are compared relative to the repository root, as
 forges report them. Specs are read on every delivery (a few small YAML files): from the
-merge commit itself when the relay can fetch it (see `mirror.merged_tree`), else from
+merge commit itself when the relay can fetch it (see `mirror.fetch_merge`), else from
 the relay's checkout.
 """
 
