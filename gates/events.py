@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 DONE = "[DONE]"
+DONE_BYTES = DONE.encode()
 
 
 @dataclass(frozen=True)
@@ -29,13 +30,13 @@ class StreamEvent:
     done: bool = False
 
 
-def parse_payload(data: str) -> StreamEvent:
+def parse_payload(data: str | bytes) -> StreamEvent:
     """Interpret the `data` of one SSE event (see the module docstring for the rules)."""
-    if data.strip() == DONE:
+    if data.strip() in (DONE, DONE_BYTES):
         return StreamEvent(done=True)
     try:
         payload = json.loads(data)
-    except json.JSONDecodeError as exc:
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         return StreamEvent(error=f"undecodable SSE payload {data[:80]!r}: {exc}")
     if not isinstance(payload, dict):
         return StreamEvent(error=f"SSE payload is not a JSON object: {data[:80]!r}")

@@ -1,24 +1,29 @@
 """Closed-loop load: a fixed number of streams, each sending its next request when the last ends.
 
-A `StreamPool` holds one single-connection client per stream, so connections stay warm across
-the warm-up and the measured rounds of a comparison.
+A `StreamPool` holds one connection per stream, so connections stay warm across the warm-up
+and the measured rounds of a comparison. Streams use the native transport (`gates.transport`)
+unless the server is `https://` or reached through a proxy: those go over httpx
+(`gates.client`). One watchdog per pool ends streams that stall.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 import time
 from collections.abc import Sequence
-from contextlib import AsyncExitStack
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
+from urllib.parse import urlsplit
 
-import httpx
-
-from gates.client import CHAT_PATH, COMPLETIONS_PATH, make_stream_client, stream_request
+from gates.client import CHAT_PATH, COMPLETIONS_PATH, HttpxStream
+from gates.finish import RawStream, finish_record
 from gates.records import RequestRecord
+from gates.transport import NativeStream
 
 Api = Literal["completions", "chat"]
+Transport = Literal["native", "httpx"]
 
 
 @dataclass(frozen=True)
@@ -65,24 +70,72 @@ class Run:
         return (self.t_end_ns - self.t_start_ns) / 1e9
 
 
+class Stream(Protocol):
+    busy: bool
+
+    async def send(
+        self, path: str, body: bytes, record: RequestRecord, *, stall_s: float
+    ) -> RawStream: ...
+
+    def check(self, now_ns: int, stall_ns: int) -> None: ...
+
+    async def aclose(self) -> None: ...
+
+
+def pick_transport(base_url: str, wanted: Transport, proxy: str | None) -> Transport:
+    """The native transport where it can go: plain http:// straight to the server."""
+    if wanted == "native" and (urlsplit(base_url).scheme != "http" or proxy):
+        return "httpx"
+    return wanted
+
+
 class StreamPool:
     """`concurrency` streams against one server, each with its own connection."""
 
-    def __init__(self, base_url: str, *, concurrency: int, read_timeout_s: float) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        concurrency: int,
+        read_timeout_s: float,
+        transport: Transport = "native",
+        proxy: str | None = None,
+    ) -> None:
         self.base_url = base_url
         self.concurrency = concurrency
-        self._read_timeout_s = read_timeout_s
-        self._stack = AsyncExitStack()
-        self._clients: list[httpx.AsyncClient] = []
+        self.transport = pick_transport(base_url, transport, proxy)
+        self._proxy = proxy
+        self._stall_s = read_timeout_s
+        self._streams: list[Stream] = []
+        self._watchdog: asyncio.Task[None] | None = None
+
+    def _new_stream(self) -> Stream:
+        if self.transport == "native":
+            return NativeStream(self.base_url)
+        return HttpxStream(self.base_url, read_timeout_s=self._stall_s, proxy=self._proxy)
 
     async def __aenter__(self) -> StreamPool:
-        for _ in range(self.concurrency):
-            client = make_stream_client(self.base_url, read_timeout_s=self._read_timeout_s)
-            self._clients.append(await self._stack.enter_async_context(client))
+        self._streams = [self._new_stream() for _ in range(self.concurrency)]
+        self._watchdog = asyncio.get_running_loop().create_task(self._watch())
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
-        await self._stack.aclose()
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._watchdog
+        for stream in self._streams:
+            await stream.aclose()
+
+    async def _watch(self) -> None:
+        """Every quarter of the stall limit, end the streams without a data event for longer
+        (SSE comments are not progress: candle-vllm sends keep-alives while stalled)."""
+        stall_ns = int(self._stall_s * 1e9)
+        while True:
+            await asyncio.sleep(min(self._stall_s / 4, 1.0))
+            now_ns = time.perf_counter_ns()
+            for stream in self._streams:
+                stream.check(now_ns, stall_ns)
 
     async def run(
         self,
@@ -95,22 +148,22 @@ class StreamPool:
     ) -> Run:
         """Send `n_requests` requests, prompts cycled in order, `concurrency` at a time."""
         queue = iter(range(n_requests))
-        records: list[RequestRecord] = []
+        bodies = [json.dumps(shape.body(prompt)).encode() for prompt in prompts]
+        finished: list[tuple[RequestRecord, RawStream]] = []
         t_start_ns = time.perf_counter_ns()
 
-        async def worker(client: httpx.AsyncClient) -> None:
+        async def worker(stream: Stream) -> None:
             for index in queue:  # shared iterator: each index is taken exactly once
                 record = RequestRecord(
                     index=index, label=label, round=round_index, expected_tokens=shape.max_tokens
                 )
-                body = shape.body(prompts[index % len(prompts)])
-                records.append(
-                    await stream_request(
-                        client, shape.path, body, record, stall_timeout_s=self._read_timeout_s
-                    )
-                )
+                body = bodies[index % len(bodies)]
+                raw = await stream.send(shape.path, body, record, stall_s=self._stall_s)
+                finished.append((record, raw))
 
-        await asyncio.gather(*(worker(client) for client in self._clients))
+        await asyncio.gather(*(worker(stream) for stream in self._streams))
+        # Payloads are interpreted only now, when no stream is waiting to be stamped.
+        records = sorted((finish_record(r, raw) for r, raw in finished), key=lambda r: r.index)
         sent = [r.t_send_ns for r in records if r.t_send_ns is not None]
         t_end_ns = max((r.t_end_ns or 0 for r in records), default=time.perf_counter_ns())
-        return Run(sorted(records, key=lambda r: r.index), min(sent, default=t_start_ns), t_end_ns)
+        return Run(records, min(sent, default=t_start_ns), t_end_ns)

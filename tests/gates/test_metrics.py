@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from gates.client import check_complete
+from gates.finish import check_complete
 from gates.metrics import compute_request_metrics, little_predicted_tok_s, summarise
 from gates.records import RequestRecord
 
