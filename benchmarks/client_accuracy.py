@@ -1,17 +1,21 @@
-"""Client accuracy: the gates' streaming client against a `cadence` server's ground truth.
+"""Client accuracy: the gates' streaming transports against a truth server's send times.
 
-For each concurrency level, runs closed-loop load on the simulated `cadence` model server
-(which records the send time of every token, monotonic ns, same clock as `perf_counter_ns`)
-and prints, per level, client-minus-server errors:
-- per-gap ITL error (`gap`: every gap; `gap2`: from the second gap on, since the first gap
-  also carries the first token's delivery delay), TPOT error and TTFT error (TTFT server
-  side: first token − request received), p50 and p99, in ms;
-- delivery lag: client arrival stamp − server send stamp of the same token;
-- the server's own pacing: its gaps minus the cadence interval (`srv`), which tells a server
-  that falls behind from a client that does;
-- client CPU seconds per 1000 tokens (this process only) and client queue time.
+Starts `sandbox.truthserver` (one token per 25 ms tick from a timerfd, no model, normal
+priority, every send time recorded) and runs closed-loop load at each concurrency level;
+with `--compare` the previous transport (httpx) and the native one run back to back at every
+level of the same run, and the old/new ratios are printed. Errors are client − server, ms:
+- `ttft_mean`, `ttft_p99`: TTFT error (client: first token − t_send; server: first token
+  sent − request received);
+- `gap_p99`: per-gap ITL error, gaps matched by request id; `tpot_p99`: TPOT error;
+- `lag_p50`, `lag_p99`: delivery lag, arrival stamp − send stamp of the same token
+  (saturation shows here first); `srv_p99`: the server's own lateness against its grid;
+- `queue_p99`: time inside the client before the request went out;
+- `cpu_1k`: client CPU seconds per 1000 tokens; `load`: 1-minute load average after the
+  level; `other%`: CPU used by processes other than client and server during the level, in
+  % of the whole machine.
+With 4 or more cores the server runs on CPU 1 and the client on CPU 2.
 
-    uv run python benchmarks/client_accuracy.py [--levels 1,16,64,256] [--max-tokens 64]
+    uv run python benchmarks/client_accuracy.py [--compare] [--levels 1,16,64,256]
 """
 
 from __future__ import annotations
@@ -25,39 +29,72 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
 import numpy as np
 
-from gates.load import RequestShape, Run, StreamPool
+from gates.load import RequestShape, Run, StreamPool, Transport
 from gates.metrics import compute_request_metrics
 from gates.records import RequestRecord
-from tests.gates.servers import start_server
+from tests.gates.servers import start_truth_server
 
 MS = 1e6
-CADENCE_MS = 25.0  # the cadence profile's interval
+INTERVAL_MS = 25.0
+SERVER_CPU, CLIENT_CPU = 1, 2
+COLUMNS = [
+    "ttft_mean",
+    "ttft_p99",
+    "gap_p99",
+    "tpot_p99",
+    "lag_p50",
+    "lag_p99",
+    "srv_p99",
+    "queue_p99",
+    "cpu_1k",
+    "load",
+    "other%",
+]
+RATIO_COLUMNS = ["ttft_p99", "gap_p99", "tpot_p99", "lag_p99", "cpu_1k"]
 
 
 @dataclass(frozen=True)
 class LevelRun:
+    transport: Transport
     concurrency: int
     run: Run
     cpu_s: float
-    load_1m: float  # machine load average when the level finished
+    load_1m: float
+    other_pct: float
 
 
-async def measure(url: str, concurrency: int, *, max_tokens: int, per_stream: int) -> LevelRun:
-    shape = RequestShape(model="cadence", max_tokens=max_tokens)
-    prompts = ["Calibrate the client."]
-    async with StreamPool(url, concurrency=concurrency, read_timeout_s=60) as pool:
-        await pool.run(shape, prompts, n_requests=concurrency)  # warm-up: connect, JIT paths
-        cpu_start = time.process_time()
-        run = await pool.run(shape, prompts, n_requests=per_stream * concurrency)
+def _busy_ticks() -> tuple[int, int]:
+    """Busy and total jiffies of the whole machine, from /proc/stat."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + fields[4]
+    return sum(fields) - idle, sum(fields)
+
+
+def _process_ticks(pid: int) -> int:
+    parts = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return int(parts[11]) + int(parts[12])  # utime + stime
+
+
+async def measure(
+    url: str, transport: Transport, concurrency: int, args: argparse.Namespace, server_pid: int
+) -> LevelRun:
+    shape = RequestShape(model="truth", max_tokens=args.max_tokens)
+    per_stream = max(args.requests_per_stream, -(-args.min_requests // concurrency))
+    pool = StreamPool(url, concurrency=concurrency, read_timeout_s=60, transport=transport)
+    async with pool:
+        await pool.run(shape, ["Calibrate."], n_requests=concurrency)  # warm-up: connect
+        cpu_start, busy_start = time.process_time(), _busy_ticks()
+        server_start = _process_ticks(server_pid)
+        run = await pool.run(shape, ["Calibrate."], n_requests=per_stream * concurrency)
         cpu_s = time.process_time() - cpu_start
-    return LevelRun(concurrency, run, cpu_s, os.getloadavg()[0])
-
-
-def read_truth(path: Path) -> dict[str, dict]:
-    entries = (json.loads(line) for line in path.read_text().splitlines() if line.strip())
-    return {str(entry["id"]): entry for entry in entries}
+        busy_end, server_end = _busy_ticks(), _process_ticks(server_pid)
+    hz = os.sysconf("SC_CLK_TCK")
+    others = (busy_end[0] - busy_start[0]) - (server_end - server_start) - cpu_s * hz
+    other_pct = 100 * max(others, 0) / max(busy_end[1] - busy_start[1], 1)
+    return LevelRun(transport, concurrency, run, cpu_s, os.getloadavg()[0], other_pct)
 
 
 def errors_ms(record: RequestRecord, truth: dict) -> dict[str, list[float]] | None:
@@ -69,22 +106,18 @@ def errors_ms(record: RequestRecord, truth: dict) -> dict[str, list[float]] | No
     server = np.asarray(server_times, dtype=np.int64)
     client = np.asarray(record.token_times_ns, dtype=np.int64)
     server_tpot = (server[-1] - server[0]) / (len(server) - 1) if len(server) > 1 else 0
-    server_ttft = server[0] - truth["t_recv_ns"]
     return {
         "gap": list((np.diff(client) - np.diff(server)) / MS),
-        "gap2": list((np.diff(client[1:]) - np.diff(server[1:])) / MS),
-        "srv": list(np.diff(server) / MS - CADENCE_MS),
+        "srv": list(np.diff(server) / MS - INTERVAL_MS),
         "tpot": [(metrics.tpot_ms or 0.0) - server_tpot / MS],
-        "ttft": [(metrics.ttft_ns - server_ttft) / MS],
+        "ttft": [(metrics.ttft_ns - (server[0] - truth["t_recv_ns"])) / MS],
         "lag": list((client - server) / MS),
         "queue": [metrics.queue_ns / MS],
     }
 
 
 def summarise_level(level: LevelRun, truth: dict[str, dict]) -> dict[str, float]:
-    pooled: dict[str, list[float]] = {
-        key: [] for key in ("gap", "gap2", "srv", "tpot", "ttft", "lag", "queue")
-    }
+    pooled: dict[str, list[float]] = {k: [] for k in ("gap", "srv", "tpot", "ttft", "lag", "queue")}
     matched = 0
     for record in level.run.records:
         found = errors_ms(record, truth.get(record.response_id or "", {}))
@@ -93,65 +126,48 @@ def summarise_level(level: LevelRun, truth: dict[str, dict]) -> dict[str, float]
             for key, values in found.items():
                 pooled[key] += values
     tokens = sum(r.n_out or 0 for r in level.run.records if r.ok)
-    row = {
-        "streams": level.concurrency,
+    arrays = {k: np.asarray(v) if v else np.array([np.nan]) for k, v in pooled.items()}
+    row: dict[str, float] = {
         "requests": len(level.run.records),
         "matched": matched,
         "failed": sum(not r.ok for r in level.run.records),
-        "cpu_s_per_1k_tok": level.cpu_s / tokens * 1000 if tokens else float("nan"),
-        "load_1m": level.load_1m,
+        "ttft_mean": float(np.mean(arrays["ttft"])),
+        "cpu_1k": level.cpu_s / tokens * 1000 if tokens else float("nan"),
+        "load": level.load_1m,
+        "other%": level.other_pct,
     }
-    for key, values in pooled.items():
-        array = np.asarray(values) if values else np.array([np.nan])
-        row[f"{key}_p50"], row[f"{key}_p99"] = np.percentile(array, [50, 99])
+    for key in ("ttft", "gap", "tpot", "lag", "srv", "queue"):
+        row[f"{key}_p99"] = float(np.percentile(arrays[key], 99))
+    row["lag_p50"] = float(np.percentile(arrays["lag"], 50))
     return row
 
 
-COLUMNS = [
-    "streams",
-    "requests",
-    "matched",
-    "failed",
-    "gap_p50",
-    "gap_p99",
-    "gap2_p50",
-    "gap2_p99",
-    "srv_p50",
-    "srv_p99",
-    "tpot_p50",
-    "tpot_p99",
-    "ttft_p50",
-    "ttft_p99",
-    "lag_p50",
-    "lag_p99",
-    "queue_p50",
-    "queue_p99",
-    "cpu_s_per_1k_tok",
-    "load_1m",
-]
-
-
-def print_table(rows: list[dict[str, float]]) -> None:
-    load = ", ".join(f"{value:.1f}" for value in os.getloadavg())
-    print(f"load average now {load} on {os.cpu_count()} cores (other work skews the figures)")
-    print("errors are client − server in ms (gap = ITL per gap; lag = arrival − server send)")
-    print(" ".join(f"{name:>9}" for name in COLUMNS))
-    for row in rows:
+def print_rows(rows: list[tuple[LevelRun, dict[str, float]]], compare: bool) -> None:
+    load = ", ".join(f"{value:.2f}" for value in os.getloadavg())
+    print(f"{os.cpu_count()} cores, load average now {load}; errors client − server in ms")
+    head = f"{'transport':>9} {'streams':>7} {'req':>5} {'fail':>4} "
+    print(head + " ".join(f"{name:>9}" for name in COLUMNS))
+    for level, row in rows:
+        cells = " ".join(f"{row[name]:>9.3f}" for name in COLUMNS)
         print(
-            " ".join(
-                f"{row[name]:>9.3f}" if isinstance(row[name], float) else f"{row[name]:>9}"
-                for name in COLUMNS
-            )
+            f"{level.transport:>9} {level.concurrency:>7} {row['requests']:>5.0f} "
+            f"{row['failed']:>4.0f} {cells}"
         )
+    if not compare:
+        return
+    print("\nratios old (httpx) / new (native), same run; > 1: the new transport is better")
+    print(f"{'streams':>7} " + " ".join(f"{name:>9}" for name in RATIO_COLUMNS))
+    by_key = {(level.transport, level.concurrency): row for level, row in rows}
+    for level, new in rows:
+        old = by_key.get(("httpx", level.concurrency))
+        if level.transport != "native" or old is None:
+            continue
+        ratios = " ".join(f"{_ratio(old[name], new[name]):>9.2f}" for name in RATIO_COLUMNS)
+        print(f"{level.concurrency:>7} {ratios}")
 
 
-def run_levels(url: str, levels: list[int], args: argparse.Namespace) -> list[LevelRun]:
-    return [
-        asyncio.run(
-            measure(url, c, max_tokens=args.max_tokens, per_stream=args.requests_per_stream)
-        )
-        for c in levels
-    ]
+def _ratio(old: float, new: float) -> float:
+    return abs(old) / abs(new) if new else float("inf")
 
 
 def main() -> None:
@@ -159,30 +175,28 @@ def main() -> None:
     parser.add_argument("--levels", default="1,16,64,256")
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--requests-per-stream", type=int, default=2)
-    parser.add_argument("--url", help="use this running cadence server instead of starting one")
-    parser.add_argument("--ground-truth", type=Path, help="its ground-truth file (with --url)")
-    parser.add_argument(
-        "--realtime",
-        action="store_true",
-        help="run the client under SCHED_FIFO (as the server's pacing threads run), so other "
-        "work on a shared machine does not delay its wake-ups",
-    )
+    parser.add_argument("--min-requests", type=int, default=16, help="per level and transport")
+    parser.add_argument("--compare", action="store_true", help="httpx and native, same run")
+    parser.add_argument("--transport", default="native", choices=["native", "httpx"])
     args = parser.parse_args()
-    if args.realtime:
-        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))
     levels = [int(level) for level in args.levels.split(",")]
-    if args.url:
-        runs, truth = run_levels(args.url, levels, args), read_truth(args.ground_truth)
-    else:
-        with tempfile.TemporaryDirectory() as workdir:
-            server = start_server("cadence", workdir=Path(workdir), ground_truth=True)
-            try:
-                runs = run_levels(server.url, levels, args)
-            finally:
-                server.stop()
-            assert server.ground_truth is not None
-            truth = read_truth(server.ground_truth)
-    print_table([summarise_level(level, truth) for level in runs])
+    transports: list[Transport] = ["httpx", "native"] if args.compare else [args.transport]
+    pin = (os.cpu_count() or 1) >= 4
+    with tempfile.TemporaryDirectory() as workdir:
+        server = start_truth_server(workdir=Path(workdir), cpus={SERVER_CPU} if pin else None)
+        if pin:
+            os.sched_setaffinity(0, {CLIENT_CPU})
+        try:
+            runs = [
+                asyncio.run(measure(server.url, transport, c, args, server.process.pid))
+                for c in levels
+                for transport in transports
+            ]
+            lines = httpx.get(f"{server.url}/truth", timeout=30).text.splitlines()
+        finally:
+            server.stop()
+    truth = {entry["id"]: entry for entry in map(json.loads, lines)}
+    print_rows([(level, summarise_level(level, truth)) for level in runs], args.compare)
 
 
 if __name__ == "__main__":

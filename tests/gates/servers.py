@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import subprocess
@@ -64,6 +65,21 @@ def start_server(
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
     url = _wait_for_address(process, log_path, command)
     return ModelServer(profile, url, process, log_path, truth, list(args))
+
+
+def start_truth_server(
+    *, workdir: Path, interval_ms: float = 25.0, cpus: set[int] | None = None
+) -> ModelServer:
+    """Start `sandbox.truthserver` (fixed cadence, send times at `/truth`), on `cpus` if set."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    log_path = workdir / f"truth-{time.monotonic_ns()}.log"
+    command = [sys.executable, "-m", "sandbox.truthserver", "--interval-ms", str(interval_ms)]
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+    if cpus:
+        os.sched_setaffinity(process.pid, cpus)
+    url = _wait_for_address(process, log_path, command)
+    return ModelServer("truth", url, process, log_path)
 
 
 def _wait_for_address(process: subprocess.Popen[bytes], log_path: Path, command: list[str]) -> str:
