@@ -54,6 +54,31 @@ def serve(
     max_body_bytes: Annotated[
         int, typer.Option("--max-body-bytes", help="Larger bodies get 413.")
     ] = 5 * 1024 * 1024,
+    clone_url: Annotated[
+        str | None,
+        typer.Option(
+            "--clone-url",
+            help="Fetch merges from this repository URL (any git URL or path), never from "
+            "the URL a payload names.",
+        ),
+    ] = None,
+    clone_host: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--clone-host",
+            help="Without --clone-url: fetch from a payload's https/http/ssh/git URL only on "
+            "this host (repeatable; default: any host).",
+        ),
+    ] = None,
+    git_timeout: Annotated[
+        float, typer.Option("--git-timeout", help="Seconds for all the git work of a delivery.")
+    ] = 60.0,
+    max_mirrors: Annotated[
+        int, typer.Option("--max-mirrors", help="Git mirrors kept (least recently used go).")
+    ] = 4,
+    max_mirror_bytes: Annotated[
+        int, typer.Option("--max-mirror-bytes", help="Bytes all git mirrors may take.")
+    ] = 1024**3,
     prefect_api_url: Annotated[
         str | None,
         typer.Option("--prefect-api-url", help="Prefect API (default: $PREFECT_API_URL)."),
@@ -93,6 +118,11 @@ def serve(
         state_dir=(state_dir or _default_state_dir()).resolve(),
         branch=branch,
         max_body_bytes=max_body_bytes,
+        clone_url=clone_url,
+        clone_hosts=frozenset(h.lower() for h in clone_host or ()),
+        git_timeout_s=git_timeout,
+        max_mirrors=max_mirrors,
+        max_mirror_bytes=max_mirror_bytes,
     )
     index = index_specs(settings.specs_dir, root)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")

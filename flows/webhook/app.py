@@ -13,7 +13,8 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
-from pathlib import Path
+import time
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
@@ -25,7 +26,8 @@ from starlette.routing import Route
 
 from flows.webhook.deliveries import DeliveryLog
 from flows.webhook.events import MergeEvent, PrefectApiError, build_event, emit_events
-from flows.webhook.mirror import MirrorError, fetch_merge
+from flows.webhook.mirror import MirrorError, MirrorTimeout, Upstream, fetch_merge
+from flows.webhook.mirrors import MirrorPool
 from flows.webhook.payload import (
     Merge,
     NotAMerge,
@@ -51,6 +53,12 @@ class RelaySettings(BaseModel):
     state_dir: Path
     branch: str | None = None  # None: each repository's default branch
     max_body_bytes: int = MAX_BODY_BYTES
+    # where merges are fetched from: this URL, else the payload's on these hosts (none: any)
+    clone_url: str | None = None
+    clone_hosts: frozenset[str] = frozenset()
+    git_timeout_s: float = 60.0  # all the git work of one delivery
+    max_mirrors: int = 4
+    max_mirror_bytes: int = 1024 * 1024 * 1024
 
 
 def _reply(status: int, outcome: str, detail: str, **extra: Any) -> JSONResponse:
@@ -74,6 +82,15 @@ async def _read_limited(request: Request, limit: int) -> bytes | None:
 
 def create_app(settings: RelaySettings) -> Starlette:
     deliveries = DeliveryLog(settings.state_dir / "deliveries.sqlite")
+    upstream = Upstream(
+        pool=MirrorPool(
+            settings.state_dir / "mirrors",
+            max_count=settings.max_mirrors,
+            max_bytes=settings.max_mirror_bytes,
+        ),
+        clone_url=settings.clone_url,
+        clone_hosts=settings.clone_hosts,
+    )
 
     async def hook(request: Request) -> JSONResponse:
         body = await _read_limited(request, settings.max_body_bytes)
@@ -86,7 +103,7 @@ def create_app(settings: RelaySettings) -> Starlette:
             data = json.loads(body)
         except ValueError as exc:
             return _reply(400, "malformed", f"body is not JSON: {exc}")
-        return await _relay(settings, deliveries, request, data)
+        return await _relay(settings, upstream, deliveries, request, data)
 
     async def healthz(_: Request) -> JSONResponse:
         return JSONResponse({"ok": True})
@@ -97,7 +114,11 @@ def create_app(settings: RelaySettings) -> Starlette:
 
 
 async def _relay(
-    settings: RelaySettings, deliveries: DeliveryLog, request: Request, data: Any
+    settings: RelaySettings,
+    upstream: Upstream,
+    deliveries: DeliveryLog,
+    request: Request,
+    data: Any,
 ) -> JSONResponse:
     read = _merge_of(settings, request, data)
     if isinstance(read, JSONResponse):
@@ -106,12 +127,15 @@ async def _relay(
     if not deliveries.claim_delivery(delivery):
         return _reply(200, "replayed", f"delivery {delivery} was relayed before", delivery=delivery)
     try:
-        events = await run_in_threadpool(_events_for, settings, deliveries, merge, delivery)
+        events = await run_in_threadpool(
+            _events_for, settings, upstream, deliveries, merge, delivery
+        )
         if events:
             await run_in_threadpool(emit_events, settings.prefect_api_url, events)
     except (MirrorError, PrefectApiError) as exc:
         deliveries.release(delivery)
-        return _reply(503 if isinstance(exc, PrefectApiError) else 502, "retry", str(exc))
+        retry_soon = isinstance(exc, PrefectApiError | MirrorTimeout)
+        return _reply(503 if retry_soon else 502, "retry", str(exc))
     return _reply(
         200,
         "emitted" if events else "no-handoff",
@@ -140,10 +164,14 @@ def _merge_of(
 
 
 def _events_for(
-    settings: RelaySettings, deliveries: DeliveryLog, merge: Merge, delivery: str
+    settings: RelaySettings,
+    upstream: Upstream,
+    deliveries: DeliveryLog,
+    merge: Merge,
+    delivery: str,
 ) -> list[dict[str, Any]]:
     """One event per affected handoff this merge has not triggered before."""
-    changed, index = _read_merge(settings, merge)
+    changed, index = _read_merge(settings, upstream, merge)
     for error in index.errors:
         log.warning("spec skipped: %s", error)
     now = dt.datetime.now(dt.UTC)
@@ -154,14 +182,19 @@ def _events_for(
     ]
 
 
-def _read_merge(settings: RelaySettings, merge: Merge) -> tuple[frozenset[str], SpecIndex]:
+def _read_merge(
+    settings: RelaySettings, upstream: Upstream, merge: Merge
+) -> tuple[frozenset[str], SpecIndex]:
     """The merge's changed files and the specs at the merge commit (so a spec that the merge
     itself adds or edits counts), from one fetch into the mirror. A push lists its files,
     so when it cannot be fetched the relay's own checkout gives the specs; a pull request
     names no files and needs the mirror."""
     specs_in_repo = settings.specs_dir.resolve().relative_to(settings.repo_root.resolve())
+    deadline = time.monotonic() + settings.git_timeout_s
     try:
-        with fetch_merge(settings.state_dir / "mirrors", merge) as merged:
+        with fetch_merge(
+            upstream, merge, PurePosixPath(specs_in_repo.as_posix()), deadline=deadline
+        ) as merged:
             changed = merge.changed if merge.changed is not None else merged.changed_files()
             return changed, index_specs(merged.tree / specs_in_repo, merged.tree)
     except MirrorError as exc:

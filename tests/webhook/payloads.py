@@ -41,6 +41,25 @@ def push_body(
     }
 
 
+def pull_request_body(
+    merge: str, *, clone_url: str | None, base: str = "main", base_sha: str | None = None
+) -> dict[str, Any]:
+    """A merged pull request into base (its files are not listed: the relay fetches them)."""
+    return {
+        "action": "closed",
+        "pull_request": {
+            "merged": True,
+            "merge_commit_sha": merge,
+            "merged_at": "2026-11-29T10:00:00Z",
+            "base": {"ref": base, **({"sha": base_sha} if base_sha else {})},
+        },
+        "repository": {
+            "full_name": "riotpiao-poimen/models",
+            **({"clone_url": clone_url} if clone_url else {}),
+        },
+    }
+
+
 def forgejo_headers(body: bytes, secret: str, *, event: str = "push") -> dict[str, str]:
     digest = sign(secret.encode(), body)
     return {

@@ -85,14 +85,21 @@ def running_relay(settings: RelaySettings) -> Iterator[str]:
 
 @contextmanager
 def relay_process(
-    *, specs_dir: Path, api_url: str, secret: str, state_dir: Path, log: Path
+    *,
+    specs_dir: Path,
+    api_url: str,
+    secret: str,
+    state_dir: Path,
+    log: Path,
+    options: tuple[str, ...] = (),
 ) -> Iterator[str]:
-    """`handoff webhook serve` as its own process; yield its hook URL."""
+    """`handoff webhook serve [options]` as its own process; yield its hook URL."""
     port = procs.free_port()
     argv = [
         *(sys.executable, "-m", "flows.cli", "webhook", "serve", "--secret-env"),
         *("HANDOFF_TEST_WEBHOOK_SECRET", "--port", str(port), "--specs-dir", str(specs_dir)),
         *("--state-dir", str(state_dir), "--prefect-api-url", api_url),
+        *options,
     ]
     env = {**os.environ, "HANDOFF_TEST_WEBHOOK_SECRET": secret}
     record = procs.spawn("relay", argv, log, env=env)

@@ -62,6 +62,7 @@ def daily(
         secret=SECRET,
         state_dir=root / "relay",
         log=root / "relay.log",
+        options=("--clone-url", str(repo.bare)),
     ) as relay:
         install_hook(repo.bare, relay_url=relay, secret=SECRET)  # type: ignore[arg-type]
         deployment = deploy_all(prefect.api_url, repo.bare)  # type: ignore[arg-type]

@@ -21,6 +21,7 @@ def test_a_pushed_merge_reaches_prefect_through_hook_and_relay(
         secret=SECRET,
         state_dir=tmp_path / "state",
         log=tmp_path / "relay.log",
+        options=("--clone-url", str(spec_repo.work.parent / "models.git")),
     ) as url:
         repo = with_hooked_remote(spec_repo, relay_url=url, secret=SECRET)
         merge, pushed = merge_and_push(

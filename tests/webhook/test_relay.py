@@ -13,9 +13,16 @@ import httpx
 from flows.webhook.app import RelaySettings
 from flows.webhook.events import ReceivedMerge, merge_event_id, read_merge_events, wait_persisted
 from tests.webhook.conftest import SECRET
-from tests.webhook.payloads import deliver, forgejo_headers, github_headers, push_body
+from tests.webhook.payloads import (
+    deliver,
+    forgejo_headers,
+    github_headers,
+    pull_request_body,
+    push_body,
+)
 from tests.webhook.servers import PrefectServer, running_relay
 from tests.webhook.specrepo import SpecRepo, git, merge_and_push, spec_files
+from tests.webhook.upstream import git_daemon
 
 ALPHA_MANIFEST = "manifests/llm-serving/alpha.yaml"
 
@@ -158,17 +165,9 @@ def test_a_merged_pull_request_reads_its_files_from_a_mirror(
 ) -> None:
     bare = bare_remote(spec_repo)
     merge, _ = merge_and_push(spec_repo, {ALPHA_MANIFEST: "kind: Deployment\n"}, "alpha v2")
-    pull_request = {
-        "action": "closed",
-        "pull_request": {
-            "merged": True,
-            "merge_commit_sha": merge,
-            "merged_at": "2026-11-29T10:00:00Z",
-            "base": {"ref": "main"},
-        },
-        "repository": {"full_name": "riotpiao-poimen/models", "clone_url": str(bare)},
-    }
-    merged = deliver(relay, pull_request, SECRET, headers={"X-Forgejo-Event": "pull_request"})
+    with git_daemon(bare.parent) as port:
+        pull_request = pull_request_body(merge, clone_url=f"git://127.0.0.1:{port}/{bare.name}")
+        merged = deliver(relay, pull_request, SECRET, headers={"X-Forgejo-Event": "pull_request"})
     # the push of the same merge (both webhooks configured): one handoff, not two
     push = deliver(relay, push_body([ALPHA_MANIFEST], after=merge), SECRET)
     assert merged.json()["handoffs"] == ["alpha"], merged.text
@@ -187,8 +186,9 @@ def test_a_spec_added_by_the_merge_itself_is_read_from_the_merge(
     merge, _ = merge_and_push(spec_repo, files, "add the gamma handoff")
     git(spec_repo.work, "reset", "-q", "--hard", "HEAD^1")  # the relay's checkout lags behind
     assert not (spec_repo.specs_dir / "gamma.yaml").exists()
-    body = push_body(sorted(files), after=merge, clone_url=str(bare))
-    reply = deliver(relay, body, SECRET).json()
+    with git_daemon(bare.parent) as port:
+        url = f"git://127.0.0.1:{port}/{bare.name}"
+        reply = deliver(relay, push_body(sorted(files), after=merge, clone_url=url), SECRET).json()
     assert reply["handoffs"] == ["gamma"], reply
     wait_persisted(prefect.api_url)
     [event] = read_merge_events(prefect.api_url, namespace=spec_repo.namespace, service=service)
