@@ -24,7 +24,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from flows.webhook.deliveries import DeliveryLog
+from flows.webhook.deliveries import DeliveryLog, MergeInFlight
 from flows.webhook.events import MergeEvent, PrefectApiError, build_event, emit_events
 from flows.webhook.mirror import MirrorError, MirrorTimeout, Upstream, fetch_merge
 from flows.webhook.mirrors import MirrorPool
@@ -124,18 +124,43 @@ async def _relay(
     if isinstance(read, JSONResponse):
         return read
     merge, delivery = read
-    if not deliveries.claim_delivery(delivery):
+    return await run_in_threadpool(_process, settings, upstream, deliveries, merge, delivery)
+
+
+def _process(
+    settings: RelaySettings,
+    upstream: Upstream,
+    deliveries: DeliveryLog,
+    merge: Merge,
+    delivery: str,
+) -> JSONResponse:
+    """Claim the delivery, emit its events, and count it as seen only when that is done:
+    on any failure the claim is released, so the forge's retry is processed."""
+    claim = deliveries.begin(delivery)
+    if claim == "done":
         return _reply(200, "replayed", f"delivery {delivery} was relayed before", delivery=delivery)
-    try:
-        events = await run_in_threadpool(
-            _events_for, settings, upstream, deliveries, merge, delivery
+    if claim == "busy":
+        return _reply(
+            503,
+            "retry",
+            f"delivery {delivery} is being processed now; retry later",
+            delivery=delivery,
         )
+    final = False
+    try:
+        events = _events_for(settings, upstream, deliveries, merge, delivery)
         if events:
-            await run_in_threadpool(emit_events, settings.prefect_api_url, events)
+            emit_events(settings.prefect_api_url, events)
+        deliveries.finish(delivery)
+        final = True
+    except MergeInFlight as exc:
+        return _reply(503, "retry", f"{exc}; retry later", delivery=delivery)
     except (MirrorError, PrefectApiError) as exc:
-        deliveries.release(delivery)
         retry_soon = isinstance(exc, PrefectApiError | MirrorTimeout)
-        return _reply(503 if retry_soon else 502, "retry", str(exc))
+        return _reply(503 if retry_soon else 502, "retry", str(exc), delivery=delivery)
+    finally:
+        if not final:
+            deliveries.release(delivery)
     return _reply(
         200,
         "emitted" if events else "no-handoff",

@@ -109,8 +109,7 @@ def fetch_merge(
             run_git(["cat-file", "-e", f"{sha}^{{commit}}"], cwd=path, deadline=deadline)
             archive = _archive(path, sha, specs, deadline)
             with tempfile.TemporaryDirectory(prefix="handoff-merge-") as tmp:
-                with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
-                    tar.extractall(tmp, filter="data")
+                _extract(archive, Path(tmp), merge)
                 yield MergedCommit(path, merge, Path(tmp), deadline)
     except (GitTimeout, MirrorBusy) as exc:
         raise MirrorTimeout(
@@ -138,3 +137,15 @@ def _empty_tar() -> bytes:
     buffer = io.BytesIO()
     tarfile.open(fileobj=buffer, mode="w").close()
     return buffer.getvalue()
+
+
+def _extract(archive: bytes, into: Path, merge: Merge) -> None:
+    """Unpack the specs; a link out of the tree or any other unsafe member is refused."""
+    try:
+        with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+            tar.extractall(into, filter="data")
+    except (tarfile.TarError, OSError) as exc:
+        raise MirrorError(
+            f"cannot unpack the specs of merge {merge.merge_commit[:12]} of "
+            f"{merge.repository}: {clip(str(exc))}"
+        ) from exc

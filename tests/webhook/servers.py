@@ -14,6 +14,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -83,8 +84,7 @@ def running_relay(settings: RelaySettings) -> Iterator[str]:
         sock.close()
 
 
-@contextmanager
-def relay_process(
+def start_relay_process(
     *,
     specs_dir: Path,
     api_url: str,
@@ -92,8 +92,8 @@ def relay_process(
     state_dir: Path,
     log: Path,
     options: tuple[str, ...] = (),
-) -> Iterator[str]:
-    """`handoff webhook serve [options]` as its own process; yield its hook URL."""
+) -> tuple[procs.ProcessRecord, str]:
+    """`handoff webhook serve [options]` as its own process, answering; (it, its hook URL)."""
     port = procs.free_port()
     argv = [
         *(sys.executable, "-m", "flows.cli", "webhook", "serve", "--secret-env"),
@@ -106,7 +106,18 @@ def relay_process(
     base = f"http://127.0.0.1:{port}"
     try:
         _wait_http(f"{base}/healthz", record)
-        yield f"{base}/hooks/git"
+    except BaseException:
+        procs.stop(record)
+        raise
+    return record, f"{base}/hooks/git"
+
+
+@contextmanager
+def relay_process(**kwargs: Any) -> Iterator[str]:
+    """start_relay_process(**kwargs) for the block; yield its hook URL."""
+    record, url = start_relay_process(**kwargs)
+    try:
+        yield url
     finally:
         procs.stop(record)
 
