@@ -33,6 +33,26 @@ async def post_json_if_present(
     return await _call(client, "POST", path, body, missing_ok=True)
 
 
+async def probe(
+    client: httpx.AsyncClient, method: str, path: str, body: dict[str, Any] | None = None
+) -> tuple[int, dict[str, Any] | None, httpx.Headers]:
+    """Status, JSON object (None if the body is not one) and headers of one call; raises only
+    when the server cannot be reached. For discovering what a server offers."""
+    url = client.base_url.join(path)
+    try:
+        response = await client.request(method, path, json=body)
+    except httpx.HTTPError as exc:
+        raise ServerError(
+            f"{method} {url} failed ({type(exc).__name__}: {exc}); check that the server is "
+            "running and listening on that address"
+        ) from exc
+    try:
+        payload = response.json()
+    except ValueError:
+        payload = None
+    return response.status_code, payload if isinstance(payload, dict) else None, response.headers
+
+
 async def _call(
     client: httpx.AsyncClient,
     method: str,

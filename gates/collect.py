@@ -1,7 +1,10 @@
-"""Collect what parity compares from one server: greedy completions with top-k logprobs,
-teacher-forced logprobs of a reference text, numeric probes and classifier heads.
+"""Collect what parity compares from one server: greedy answers with top-k logprobs (raw
+completions and chat turns), teacher-forced logprobs of a reference text, and, when asked for,
+the probes and heads extensions. Only what the server offers (gates.capabilities) is asked for;
+the rest is listed in `not_collected` with the reason.
 
-Requests go one at a time (concurrency 1): batching changes the numerics.
+Requests go one at a time (concurrency 1): batching changes the numerics. Every request states
+greedy sampling in full (gates.sampling).
 """
 
 from __future__ import annotations
@@ -10,71 +13,237 @@ from typing import Any
 
 import httpx
 
-from gates import api
+from gates import api, sampling
+from gates.capabilities import TOKEN_ID_PREFIX, Capabilities
 from gates.errors import ServerError
-from gates.golden_format import Completion, GoldenSettings, ModelOutputs, TokenStep
+from gates.golden_format import Alternative, Completion, GoldenSettings, ModelOutputs, TokenStep
+from gates.prompts import PromptCase
 
-TOKEN_ID_PREFIX = "token_id:"
+EXTENSION_KEYS = {"probes": ("/debug/probes", "probes"), "heads": ("/v1/heads", "heads")}
 
 
 async def collect_outputs(
-    client: httpx.AsyncClient, *, model_id: str, settings: GoldenSettings
+    client: httpx.AsyncClient, *, model_id: str, settings: GoldenSettings, caps: Capabilities
 ) -> ModelOutputs:
-    completions = [
-        await greedy_completion(
-            client,
-            model_id=model_id,
-            prompt_id=case.id,
-            prompt=case.prompt,
-            max_tokens=case.max_tokens or settings.max_tokens,
-            top_k=settings.top_k,
+    missing: dict[str, str] = {}
+    completions = []
+    for case in settings.prompts:
+        why = _unavailable(case, caps)
+        if why:
+            missing[f"prompt {case.id}"] = why
+            continue
+        max_tokens = case.max_tokens or settings.max_tokens
+        collect = _chat if case.api == "chat" else _completion
+        completions.append(await collect(client, model_id, case, max_tokens, settings.top_k, caps))
+    reference = None
+    if caps.echo_logprobs:
+        reference = await teacher_forced(
+            client, model_id=model_id, text=settings.reference_text, top_k=settings.top_k, caps=caps
         )
-        for case in settings.prompts
-    ]
+    else:
+        missing["teacher_forced"] = "the server returns no prompt logprobs (echo with logprobs)"
+    extras: dict[str, Any] = {}
+    for name in settings.extensions:
+        if name in caps.extensions:
+            extras[name] = await _extension(client, name, settings.probe_prompt)
+        else:
+            missing[name] = f"the server has no {EXTENSION_KEYS[name][0]}"
     return ModelOutputs(
         completions=completions,
-        reference=await teacher_forced(
-            client, model_id=model_id, text=settings.reference_text, top_k=settings.top_k
-        ),
-        probes=await _optional(client, "/debug/probes", "probes", settings.probe_prompt),
-        heads=await _optional(client, "/v1/heads", "heads", settings.probe_prompt),
+        reference=reference,
+        probes=extras.get("probes"),
+        heads=extras.get("heads"),
+        not_collected=missing,
     )
 
 
-async def greedy_completion(
+def request_sampling(caps: Capabilities) -> dict[str, Any]:
+    """The greedy sampling fields sent to a server with these capabilities."""
+    return sampling.neutral(extended=caps.extended_sampling)
+
+
+def _unavailable(case: PromptCase, caps: Capabilities) -> str | None:
+    if case.api == "chat" and not caps.chat:
+        return "the server has no /v1/chat/completions"
+    if case.api == "completions" and not caps.completions:
+        return "the server has no /v1/completions"
+    return None
+
+
+def _common(model_id: str, case: PromptCase, max_tokens: int, caps: Capabilities) -> dict:
+    body: dict[str, Any] = {"model": model_id, "max_tokens": max_tokens} | request_sampling(caps)
+    if case.stop:
+        body["stop"] = case.stop
+    if caps.token_ids:
+        body["return_tokens_as_token_ids"] = True
+    return body
+
+
+async def _completion(
     client: httpx.AsyncClient,
-    *,
     model_id: str,
-    prompt_id: str,
-    prompt: str,
+    case: PromptCase,
     max_tokens: int,
     top_k: int,
+    caps: Capabilities,
 ) -> Completion:
-    body = _logprobs_body(model_id, prompt, max_tokens=max_tokens, top_k=top_k)
-    choice = _first_choice(await api.post_json(client, "/v1/completions", body))
+    body = _common(model_id, case, max_tokens, caps) | {"prompt": case.prompt}
+    if caps.completions_logprobs:
+        body["logprobs"] = top_k
+    payload = await api.post_json(client, "/v1/completions", body)
+    choice = _first_choice(payload)
     return Completion(
-        prompt_id=prompt_id, text=str(choice.get("text", "")), steps=parse_logprobs(choice)
+        prompt_id=case.id,
+        api="completions",
+        text=str(choice.get("text") or ""),
+        steps=parse_completion_logprobs(
+            choice.get("logprobs") or {}, str(choice.get("text") or "")
+        ),
+        finish_reason=choice.get("finish_reason"),
+        prompt_tokens=_prompt_tokens(payload),
+    )
+
+
+async def _chat(
+    client: httpx.AsyncClient,
+    model_id: str,
+    case: PromptCase,
+    max_tokens: int,
+    top_k: int,
+    caps: Capabilities,
+) -> Completion:
+    messages = [m.model_dump() for m in case.messages or []]
+    body = _common(model_id, case, max_tokens, caps) | {"messages": messages}
+    if caps.chat_logprobs:
+        body |= {"logprobs": True, "top_logprobs": top_k}
+    payload = await api.post_json(client, "/v1/chat/completions", body)
+    choice = _first_choice(payload)
+    content = (choice.get("logprobs") or {}).get("content") or []
+    return Completion(
+        prompt_id=case.id,
+        api="chat",
+        text=str((choice.get("message") or {}).get("content") or ""),
+        steps=[_chat_step(entry) for entry in content if isinstance(entry, dict)],
+        finish_reason=choice.get("finish_reason"),
+        prompt_tokens=_prompt_tokens(payload),
     )
 
 
 async def teacher_forced(
-    client: httpx.AsyncClient, *, model_id: str, text: str, top_k: int
+    client: httpx.AsyncClient, *, model_id: str, text: str, top_k: int, caps: Capabilities
 ) -> list[TokenStep]:
-    """Prompt logprobs of `text` (echo, no generation); the first token has none."""
-    body = _logprobs_body(model_id, text, max_tokens=0, top_k=top_k) | {"echo": True}
-    return parse_logprobs(_first_choice(await api.post_json(client, "/v1/completions", body)))
+    """Logprobs of each token of `text` given the ones before it, from the echoed prompt.
+
+    One generated token (a server may read `max_tokens: 0` as "until the context is full");
+    only prompt positions are kept. Servers that shift echoed logprobs by one are realigned:
+    the distribution that predicted token i is then the one listed at i - 1.
+    """
+    body = {"model": model_id, "prompt": text, "max_tokens": 1, "echo": True, "logprobs": top_k}
+    body |= request_sampling(caps)
+    if caps.token_ids:
+        body["return_tokens_as_token_ids"] = True
+    payload = await api.post_json(client, "/v1/completions", body)
+    logprobs = _first_choice(payload).get("logprobs") or {}
+    tokens = list(logprobs.get("tokens") or [])
+    values = list(logprobs.get("token_logprobs") or [])
+    tops = list(logprobs.get("top_logprobs") or [])
+    offsets = list(logprobs.get("text_offset") or [])
+    n = sum(1 for o in offsets if o < len(text)) if offsets else _prompt_tokens(payload)
+    if not n or len(tokens) < n:
+        raise ServerError(f"echo of the reference text returned {len(tokens)} tokens: {payload}")
+    pieces = _pieces(text, offsets[:n], n, tokens, as_ids=caps.token_ids)
+    steps = []
+    for i in range(1, n):
+        if caps.echo_alignment == "predicts-next":
+            top, value = tops[i - 1], None
+            if top is not None:
+                value = top.get(tokens[i])
+        else:
+            top, value = tops[i], values[i]
+        if top is None:
+            continue  # nothing predicted this position (the first token)
+        steps.append(_step(tokens[i], value, top, pieces[i]))
+    return steps
 
 
-def _logprobs_body(model_id: str, prompt: str, *, max_tokens: int, top_k: int) -> dict[str, Any]:
-    return {
-        "model": model_id,
-        "prompt": prompt,
-        "max_tokens": max_tokens,
-        "temperature": 0.0,
-        "seed": 0,
-        "logprobs": top_k,
-        "return_tokens_as_token_ids": True,
-    }
+def parse_completion_logprobs(logprobs: dict[str, Any], text: str) -> list[TokenStep]:
+    """Positions of a completions `logprobs` object (no echo); null positions are skipped.
+
+    `text_offset` counts from the completion (vLLM) or from the prompt (OpenAI's legacy
+    convention, llama.cpp): either way the first token starts the completion, so offsets are
+    taken relative to the first one.
+    """
+    tokens = list(logprobs.get("tokens") or [])
+    values = logprobs.get("token_logprobs") or []
+    tops = logprobs.get("top_logprobs") or [None] * len(tokens)
+    offsets = list(logprobs.get("text_offset") or [])
+    as_ids = bool(tokens) and all(str(t).startswith(TOKEN_ID_PREFIX) for t in tokens)
+    relative = [o - offsets[0] for o in offsets]
+    pieces = _pieces(text, relative, len(tokens), tokens, as_ids=as_ids)
+    return [
+        _step(token, value, top, piece)
+        for token, value, top, piece in zip(tokens, values, tops, pieces, strict=True)
+        if value is not None and top is not None
+    ]
+
+
+def _step(token: str, value: float | None, top: dict[str, float], piece: str | None) -> TokenStep:
+    token_id = _as_id(token)
+    return TokenStep(
+        token_id=token_id,
+        piece=piece if token_id is not None else token,
+        logprob=value,
+        top=[_alternative(key, lp) for key, lp in top.items()],
+    )
+
+
+def _alternative(key: str, logprob: float) -> Alternative:
+    token_id = _as_id(key)
+    return Alternative(
+        token_id=token_id, piece=None if token_id is not None else key, logprob=logprob
+    )
+
+
+def _chat_step(entry: dict[str, Any]) -> TokenStep:
+    token = str(entry.get("token", ""))
+    token_id = _as_id(token)
+    return TokenStep(
+        token_id=token_id,
+        piece=None if token_id is not None else token,
+        bytes=entry.get("bytes"),
+        logprob=entry.get("logprob"),
+        top=[
+            Alternative(
+                token_id=_as_id(str(alt.get("token", ""))),
+                piece=None if _as_id(str(alt.get("token", ""))) is not None else alt.get("token"),
+                bytes=alt.get("bytes"),
+                logprob=float(alt["logprob"]),
+            )
+            for alt in entry.get("top_logprobs") or []
+            if isinstance(alt, dict) and alt.get("logprob") is not None
+        ],
+    )
+
+
+def _as_id(token: str) -> int | None:
+    """`token_id:N` -> N (vLLM's `return_tokens_as_token_ids`); None for token text."""
+    if not token.startswith(TOKEN_ID_PREFIX):
+        return None
+    try:
+        return int(token.removeprefix(TOKEN_ID_PREFIX))
+    except ValueError:
+        return None
+
+
+def _pieces(
+    text: str, offsets: list[int], n: int, tokens: list[str], *, as_ids: bool
+) -> list[str | None]:
+    if not as_ids:
+        return [str(t) for t in tokens[:n]]
+    if not offsets or len(offsets) != n or not text:
+        return [None] * n
+    ends = [*offsets[1:], len(text)]
+    return [text[start:end] for start, end in zip(offsets, ends, strict=True)]
 
 
 def _first_choice(payload: dict[str, Any]) -> dict[str, Any]:
@@ -84,49 +253,16 @@ def _first_choice(payload: dict[str, Any]) -> dict[str, Any]:
     return choices[0]
 
 
-def parse_logprobs(choice: dict[str, Any]) -> list[TokenStep]:
-    """Positions of an OpenAI completions `logprobs` object; null positions are skipped."""
-    logprobs = choice.get("logprobs") or {}
-    tokens = logprobs.get("tokens") or []
-    values = logprobs.get("token_logprobs") or []
-    tops = logprobs.get("top_logprobs") or [None] * len(tokens)
-    pieces = _pieces(str(choice.get("text", "")), logprobs.get("text_offset"), len(tokens))
-    return [
-        TokenStep(
-            token_id=token_id(token),
-            logprob=value,
-            piece=piece,
-            top={token_id(k): v for k, v in top.items()},
-        )
-        for token, value, top, piece in zip(tokens, values, tops, pieces, strict=True)
-        if value is not None and top is not None
-    ]
+def _prompt_tokens(payload: dict[str, Any]) -> int | None:
+    usage = payload.get("usage") or {}
+    value = usage.get("prompt_tokens")
+    return int(value) if isinstance(value, int) else None
 
 
-def token_id(token: str) -> int:
-    """`token_id:N` -> N (vLLM's `return_tokens_as_token_ids`)."""
-    if not token.startswith(TOKEN_ID_PREFIX):
-        raise ServerError(
-            f"expected tokens as 'token_id:N' (return_tokens_as_token_ids), got "
-            f"{token!r}; the server must support that vLLM option"
-        )
-    return int(token.removeprefix(TOKEN_ID_PREFIX))
-
-
-def _pieces(text: str, offsets: list[int] | None, n: int) -> list[str | None]:
-    if not offsets or len(offsets) != n:
-        return [None] * n
-    ends = [*offsets[1:], len(text)]
-    return [text[start:end] for start, end in zip(offsets, ends, strict=True)]
-
-
-async def _optional(
-    client: httpx.AsyncClient, path: str, key: str, prompt: str
-) -> dict[str, Any] | None:
-    """A non-standard endpoint's answer, or None when the server does not have it."""
-    payload = await api.post_json_if_present(client, path, {"prompt": prompt})
-    if payload is None:
-        return None
+async def _extension(client: httpx.AsyncClient, name: str, prompt: str) -> dict[str, Any]:
+    """A non-standard endpoint's answer (the server was probed to have it)."""
+    path, key = EXTENSION_KEYS[name]
+    payload = await api.post_json(client, path, {"prompt": prompt})
     if not isinstance(payload.get(key), dict):
         raise ServerError(f"POST {path} answered {str(payload)[:200]}, expected a {key!r} object")
     return dict(payload[key])

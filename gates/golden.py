@@ -7,7 +7,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from gates import api
-from gates.collect import collect_outputs
+from gates.capabilities import discover
+from gates.collect import collect_outputs, request_sampling
 from gates.errors import GoldenError
 from gates.golden_format import Golden, GoldenSettings
 from gates.prompts import load_prompts
@@ -23,7 +24,8 @@ def record_golden(
     model_id: str | None = None,
     settings: GoldenSettings | None = None,
 ) -> Golden:
-    """Greedy outputs, teacher-forced logprobs, probes and heads of the server at `url`.
+    """Greedy outputs, teacher-forced logprobs and, when `settings.extensions` asks for
+    them, probes and heads of the server at `url`, with the capabilities it was found to have.
 
     `reference_file` holds the text scored with teacher forcing (and fed to the probes and
     heads); without it, a built-in passage is used.
@@ -52,11 +54,19 @@ async def record_golden_async(
     """As `record_golden` with the prompts already in `settings`, inside a running loop."""
     async with api.make_client(url, timeout_s=RECORD_TIMEOUT_S) as client:
         resolved = await api.resolve_model_id(client, model_id)
-        outputs = await collect_outputs(client, model_id=resolved, settings=settings)
+        caps = await discover(client, resolved, extensions=tuple(settings.extensions))
+        settings = settings.model_copy(update={"sampling": request_sampling(caps)})
+        outputs = await collect_outputs(client, model_id=resolved, settings=settings, caps=caps)
+    if not outputs.completions and outputs.reference is None:
+        raise GoldenError(
+            f"{url} gave nothing parity can compare: {outputs.not_collected}; a golden file "
+            "needs completions or chat answers from the reference server"
+        )
     return Golden(
         model_id=resolved,
         source_url=url,
         recorded_at=datetime.now(UTC).isoformat(timespec="seconds"),
+        server=caps,
         settings=settings,
         outputs=outputs,
     )

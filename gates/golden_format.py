@@ -1,19 +1,23 @@
 """The golden file: a reference server's outputs, versioned, with the settings that made them.
 
-Token ids, not text, are the unit of comparison (vLLM's `return_tokens_as_token_ids`), with
-each position's top-k logprobs so that a later divergence can be judged a near-tie or not.
+Each position keeps what the server said about its token: the id when the server gives ids
+(vLLM's `return_tokens_as_token_ids`), else its text and, from chat logprobs, its bytes; and
+the top-k alternatives as a list, so that alternatives sharing a text stay apart. The server's
+probed capabilities travel with the outputs: parity compares what both sides offer.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError
 
+from gates.capabilities import Capabilities, Extension
 from gates.errors import GoldenError
 from gates.prompts import PromptCase
 
-GOLDEN_FORMAT = "handoff.golden/v1"
+GOLDEN_FORMAT = "handoff.golden/v2"
 REFERENCE_TEXT = (
     "A handoff moves one Service from its current model server to a candidate. The candidate "
     "must answer the same questions with the same tokens, and about as fast, before any "
@@ -21,28 +25,47 @@ REFERENCE_TEXT = (
 )
 
 
+class Alternative(BaseModel):
+    """One of a position's top-k tokens."""
+
+    token_id: int | None = None
+    piece: str | None = None
+    bytes: list[int] | None = None
+    logprob: float
+
+
 class TokenStep(BaseModel):
     """One position: the chosen token, its logprob and the top-k alternatives."""
 
-    token_id: int
-    logprob: float
-    top: dict[int, float] = Field(description="token id -> logprob, the server's top-k")
+    token_id: int | None = Field(default=None, description="when the server gives ids")
     piece: str | None = Field(default=None, description="the token's text, when known")
+    bytes: list[int] | None = Field(default=None, description="the token's bytes (chat)")
+    logprob: float | None = Field(None, description="None: not among the listed alternatives")
+    top: list[Alternative] = Field(description="the server's top-k, in its order")
 
 
 class Completion(BaseModel):
     prompt_id: str
+    api: Literal["completions", "chat"] = "completions"
     text: str
-    steps: list[TokenStep]
+    steps: list[TokenStep] = Field(description="empty when the server gives no logprobs")
+    finish_reason: str | None = None
+    prompt_tokens: int | None = Field(None, description="usage.prompt_tokens: the template's")
 
 
 class ModelOutputs(BaseModel):
     """Everything parity compares, as one server produced it."""
 
     completions: list[Completion]
-    reference: list[TokenStep] = Field(description="teacher-forced logprobs of the reference")
-    probes: dict[str, float] | None = Field(description="None: the server has no probes")
-    heads: dict[str, str] | None = Field(description="None: the server has no heads")
+    reference: list[TokenStep] | None = Field(
+        None,
+        description="teacher-forced logprobs of the reference text; None: not offered"
+    )
+    probes: dict[str, float] | None = Field(None, description="None: not asked for or served")
+    heads: dict[str, str] | None = Field(None, description="None: not asked for or served")
+    not_collected: dict[str, str] = Field(
+        default_factory=dict, description="what this server could not give, and why"
+    )
 
 
 class GoldenSettings(BaseModel):
@@ -51,6 +74,12 @@ class GoldenSettings(BaseModel):
     reference_text: str = REFERENCE_TEXT
     probe_prompt: str = REFERENCE_TEXT
     prompts: list[PromptCase] = Field(default_factory=list, description="replayed by parity")
+    extensions: list[Extension] = Field(
+        default_factory=list, description="non-standard endpoints to record (probes, heads)"
+    )
+    sampling: dict[str, Any] = Field(
+        default_factory=dict, description="the sampling fields every request sent"
+    )
 
 
 class Golden(BaseModel):
@@ -58,12 +87,14 @@ class Golden(BaseModel):
     model_id: str
     source_url: str
     recorded_at: str
+    server: Capabilities
     settings: GoldenSettings
     outputs: ModelOutputs
 
     def save(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(self.model_dump_json(indent=1) + "\n")
+        # compact, and absent fields read back as None: a third of the indented size
+        path.write_text(self.model_dump_json(exclude_none=True) + "\n")
 
     @classmethod
     def load(cls, path: Path) -> Golden:

@@ -1,8 +1,10 @@
 """Parity gate: does the candidate answer as the golden reference did?
 
-Replays the golden file's prompts and reference text against the candidate at concurrency 1
-and compares (gates.parity_compare). A candidate that zeroes a channel band stays well formed;
-only these comparisons catch it.
+Probes the candidate's capabilities, replays the golden file's prompts (raw completions and
+chat turns) and reference text against it at concurrency 1, and compares what both sides
+have (gates.parity_compare). What one side could not give is listed in the report; when the
+spec requires it, the verdict is "no verdict", never a pass. A candidate that zeroes a channel
+band stays well formed: only these comparisons catch it.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import asyncio
 
 from gates import api
+from gates.capabilities import discover
 from gates.collect import collect_outputs
 from gates.errors import ServerError
 from gates.golden_format import Golden, ModelOutputs
@@ -21,7 +24,7 @@ from gates.parity_compare import (
 )
 from gates.parity_report import ParityFigures
 from gates.result import GateResult
-from gates.settings import ParityTolerances
+from gates.settings import ParityCheck, ParityTolerances
 
 ParityResult = GateResult[ParityFigures]
 REQUEST_TIMEOUT_S = 120.0
@@ -50,7 +53,10 @@ async def run_parity_async(
     model_id = model_id or golden.model_id
     try:
         async with api.make_client(url, timeout_s=REQUEST_TIMEOUT_S) as client:
-            outputs = await collect_outputs(client, model_id=model_id, settings=golden.settings)
+            caps = await discover(client, model_id, extensions=tuple(golden.settings.extensions))
+            outputs = await collect_outputs(
+                client, model_id=model_id, settings=golden.settings, caps=caps
+            )
     except ServerError as exc:
         return ParityResult(
             name="parity",
@@ -59,11 +65,14 @@ async def run_parity_async(
             figures=ParityFigures(
                 golden_model=golden.model_id, candidate_model=model_id, candidate_url=url
             ),
+            evidence=[str(exc)],
         )
     figures = compare_outputs(
         golden, outputs, tolerances, candidate_model=model_id, candidate_url=url
     )
-    return _result(figures, tolerances)
+    figures.golden_server = golden.server
+    figures.candidate_server = caps
+    return _result(figures, tolerances, golden)
 
 
 def compare_outputs(
@@ -74,45 +83,94 @@ def compare_outputs(
     candidate_model: str,
     candidate_url: str,
 ) -> ParityFigures:
-    """Every comparison of one candidate's outputs against the golden file (pure)."""
+    """Every comparison both sides allow, and what could not be compared (pure)."""
     reference = golden.outputs
     by_id = {c.prompt_id: c for c in candidate.completions}
+    not_compared: dict[str, str] = {}
+    prompts = []
+    for g in reference.completions:
+        c = by_id.get(g.prompt_id)
+        if c is None:
+            why = candidate.not_collected.get(f"prompt {g.prompt_id}", "not answered")
+            not_compared[f"prompt {g.prompt_id} ({g.api})"] = f"candidate: {why}"
+            continue
+        prompts.append(
+            compare_completion(g, c, top_k=tolerances.top_k, max_gap=tolerances.near_tie_max_gap)
+        )
+    for name, why in reference.not_collected.items():
+        not_compared[name] = f"golden: {why}"
+    teacher_forced = None
+    if reference.reference is not None and candidate.reference is not None:
+        teacher_forced = compare_teacher_forced(reference.reference, candidate.reference)
+    elif reference.reference is not None:
+        why = candidate.not_collected.get("teacher_forced", "not collected")
+        not_compared["teacher_forced"] = f"candidate: {why}"
+    probes, heads = [], []
+    if reference.probes is not None:
+        if candidate.probes is None:
+            not_compared["probes"] = "candidate: " + candidate.not_collected.get("probes", "none")
+        else:
+            probes = compare_probes(
+                reference.probes, candidate.probes, rel_tol=tolerances.probe_rel_tol
+            )
+    if reference.heads is not None:
+        if candidate.heads is None:
+            not_compared["heads"] = "candidate: " + candidate.not_collected.get("heads", "none")
+        else:
+            heads = compare_heads(reference.heads, candidate.heads)
     return ParityFigures(
         golden_model=golden.model_id,
         candidate_model=candidate_model,
         candidate_url=candidate_url,
-        prompts=[
-            compare_completion(
-                g, by_id[g.prompt_id], top_k=tolerances.top_k, max_gap=tolerances.near_tie_max_gap
-            )
-            for g in reference.completions
-        ],
-        teacher_forced=compare_teacher_forced(reference.reference, candidate.reference),
-        probes=compare_probes(
-            reference.probes, candidate.probes or {}, rel_tol=tolerances.probe_rel_tol
-        )
-        if reference.probes
-        else [],
-        heads=compare_heads(reference.heads, candidate.heads or {}) if reference.heads else [],
+        prompts=prompts,
+        teacher_forced=teacher_forced,
+        teacher_forced_compared=reference.reference is not None and candidate.reference is not None,
+        probes=probes,
+        heads=heads,
+        not_compared=not_compared,
     )
 
 
-def _result(figures: ParityFigures, tolerances: ParityTolerances) -> ParityResult:
+def held_checks(golden: Golden) -> list[ParityCheck]:
+    """The comparisons a golden file allows: what its reference server gave."""
+    outputs = golden.outputs
+    held: list[ParityCheck] = sorted({c.api for c in outputs.completions})
+    if outputs.reference is not None:
+        held.append("teacher_forced")
+    if outputs.probes is not None:
+        held.append("probes")
+    if outputs.heads is not None:
+        held.append("heads")
+    return held
+
+
+def _result(figures: ParityFigures, tolerances: ParityTolerances, golden: Golden) -> ParityResult:
     findings = figures.failures(tolerances)
+    required = tolerances.require if tolerances.require is not None else held_checks(golden)
+    missing = [check for check in required if check not in figures.compared_checks()]
     divergences = [p.divergence.describe(p.prompt_id) for p in figures.prompts if p.divergence]
     tokens = f"{figures.n_tokens_identical}/{figures.n_tokens_golden} golden tokens identical"
+    unseen = [f"not compared: {k}: {v}" for k, v in figures.not_compared.items()]
     if findings:
         diverged = sum(not p.passed for p in figures.prompts)
+        passed: bool | None = False
         reason = (
             f"{diverged}/{len(figures.prompts)} prompts diverge beyond a near-tie, {tokens}; "
             f"{len(findings)} finding(s): " + "; ".join(findings[:3])
         )
+    elif missing or not figures.compared_checks():
+        passed = None
+        reason = (
+            f"no verdict: required comparison(s) {', '.join(missing) or 'any'} could not be "
+            "made (" + "; ".join(unseen[:3] or ["nothing to compare"]) + ")"
+        )
     else:
-        reason = f"{tokens}; teacher-forced, probe and head checks within tolerance"
+        passed = True
+        reason = f"{tokens}; compared {', '.join(figures.compared_checks())}, all within tolerance"
     return ParityResult(
         name="parity",
-        passed=not findings,
+        passed=passed,
         reason=reason,
         figures=figures,
-        evidence=findings + [d for d in divergences if d not in findings],
+        evidence=findings + [d for d in divergences if d not in findings] + unseen,
     )

@@ -1,32 +1,77 @@
 """Pure comparisons of a candidate's outputs with the golden ones (notes/gates.md, Parity).
 
-1. Greedy identity per prompt; at the first mismatch the divergence must be a near-tie: each
-   side's token in the other's top-k (vLLM's `check_logprobs_close`) and within a small
-   logprob gap in both models; comparison stops there.
+1. Greedy identity per prompt (raw completion or chat turn); at the first mismatch the
+   divergence must be a near-tie: each side's token in the other's top-k (vLLM's
+   `check_logprobs_close`) and within a small logprob gap in both models; comparison stops
+   there. A chat turn whose prompt is a different number of tokens was formatted by another
+   chat template: that fails outright.
 2. Teacher-forced reference text: KL divergence, top-token agreement, perplexity ratio.
 3. Numeric probes within a relative tolerance; 4. head answers exactly equal.
+
+Tokens are compared by the finest identity both sides give: ids, else bytes, else text
+(`Basis`). Alternatives that share a key (llama.cpp lists top-k by text) are merged by adding
+their probabilities, never by letting one overwrite the other.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from typing import Literal
 
 import numpy as np
 from pydantic import BaseModel, Field
 
-from gates.golden_format import Completion, TokenStep
+from gates.golden_format import Alternative, Completion, TokenStep
 
 PROBABILITY_FLOOR = 1e-12
+Basis = Literal["token ids", "token bytes", "token text"]
+Token = Alternative | TokenStep
+
+
+def basis_of(*sides: Sequence[TokenStep]) -> Basis | None:
+    """The finest token identity every position and alternative on all sides carries."""
+    tokens: list[Token] = [t for steps in sides for s in steps for t in (s, *s.top)]
+    if all(t.token_id is not None for t in tokens):
+        return "token ids"
+    if all(t.bytes is not None for t in tokens):
+        return "token bytes"
+    if all(t.piece is not None for t in tokens):
+        return "token text"
+    return None
+
+
+def key(token: Token, basis: Basis) -> str:
+    if basis == "token ids":
+        return f"id {token.token_id}"
+    if basis == "token bytes":
+        return f"bytes {bytes(token.bytes or []).hex()}"
+    return f"text {token.piece!r}"
+
+
+def top_by_key(step: TokenStep, basis: Basis) -> dict[str, float]:
+    """The top-k as key -> logprob; alternatives with one key add their probabilities."""
+    merged: dict[str, float] = {}
+    for alt in step.top:
+        k = key(alt, basis)
+        merged[k] = float(np.logaddexp(merged[k], alt.logprob)) if k in merged else alt.logprob
+    return merged
+
+
+def _label(step: TokenStep | None) -> str | None:
+    if step is None:
+        return None
+    if step.token_id is not None:
+        return f"token {step.token_id}" + (f" {step.piece!r}" if step.piece is not None else "")
+    return repr(step.piece) if step.piece is not None else bytes(step.bytes or []).hex()
 
 
 class Divergence(BaseModel):
     """The first position where the candidate's greedy token differs from the golden's."""
 
     position: int
-    golden_token: int | None = Field(description="None: the golden output ended here")
-    candidate_token: int | None = Field(description="None: the candidate output ended here")
-    golden_piece: str | None = None
-    candidate_piece: str | None = None
+    golden_token: str | None = Field(description="None: the golden output ended here")
+    candidate_token: str | None = Field(description="None: the candidate output ended here")
     golden_logprob: float | None = None
     candidate_logprob: float | None = None
     golden_gap: float | None = Field(
@@ -37,24 +82,34 @@ class Divergence(BaseModel):
     )
     in_each_others_top_k: bool = False
     near_tie: bool = False
+    unit: Literal["token", "character"] = "token"
 
     def describe(self, prompt_id: str) -> str:
-        def side(token: int | None, piece: str | None, logprob: float | None) -> str:
+        def side(token: str | None, logprob: float | None) -> str:
             if token is None:
                 return "end of output"
-            lp = "" if logprob is None else f", logprob {logprob:.3f}"
-            return f"token {token}" + (f" {piece!r}" if piece is not None else "") + lp
+            return token + ("" if logprob is None else f", logprob {logprob:.3f}")
 
         return (
-            f"prompt {prompt_id}: first divergence at position {self.position}: golden "
-            f"{side(self.golden_token, self.golden_piece, self.golden_logprob)} vs candidate "
-            f"{side(self.candidate_token, self.candidate_piece, self.candidate_logprob)} "
-            f"({self._kind()})"
+            f"prompt {prompt_id}: first divergence at {self._where()}: golden "
+            f"{side(self.golden_token, self.golden_logprob)} vs candidate "
+            f"{side(self.candidate_token, self.candidate_logprob)} ({self._kind()})"
+        )
+
+    def _where(self) -> str:
+        return (
+            f"character {self.position}"
+            if self.unit == "character"
+            else f"position {self.position}"
         )
 
     def _kind(self) -> str:
+        if self.unit == "character":
+            return "no logprobs to judge a near-tie"
         if self.near_tie:
             return "near-tie"
+        if self.golden_token is None or self.candidate_token is None:
+            return "one output ended"
         if not self.in_each_others_top_k:
             return "not in each other's top-k"
         return f"preferred by {_nats(self.golden_gap)} and {_nats(self.candidate_gap)} nats"
@@ -66,53 +121,106 @@ def _nats(gap: float | None) -> str:
 
 class PromptParity(BaseModel):
     prompt_id: str
+    api: Literal["completions", "chat"] = "completions"
+    basis: Basis | Literal["text"] = Field(description="what was compared")
     n_golden_tokens: int
     n_identical: int
     divergence: Divergence | None
+    golden_prompt_tokens: int | None = None
+    candidate_prompt_tokens: int | None = None
+
+    @property
+    def template_differs(self) -> bool:
+        """Both counted the prompt, differently: another chat template or tokeniser."""
+        g, c = self.golden_prompt_tokens, self.candidate_prompt_tokens
+        return g is not None and c is not None and g != c
 
     @property
     def passed(self) -> bool:
-        return self.divergence is None or self.divergence.near_tie
+        tie = self.divergence is None or self.divergence.near_tie
+        return tie and not self.template_differs
+
+    def describe_template(self) -> str:
+        what = "chat template" if self.api == "chat" else "tokeniser"
+        return (
+            f"prompt {self.prompt_id}: the golden's prompt was {self.golden_prompt_tokens} "
+            f"tokens, the candidate's {self.candidate_prompt_tokens}: another {what}"
+        )
 
 
 def compare_completion(
     golden: Completion, candidate: Completion, *, top_k: int, max_gap: float
 ) -> PromptParity:
-    """Greedy identity; at the first mismatch, the near-tie rule (see `divergence_at`)."""
+    """Greedy identity; at the first mismatch, the near-tie rule (see `divergence_at`).
+    Without logprobs on a side, the texts are compared character by character."""
     g_steps, c_steps = golden.steps, candidate.steps
-    pairs = enumerate(zip(g_steps, c_steps, strict=False))
-    shorter = min(len(g_steps), len(c_steps))
-    position = next((i for i, (g, c) in pairs if g.token_id != c.token_id), shorter)
-    head = {"prompt_id": golden.prompt_id, "n_golden_tokens": len(g_steps), "n_identical": position}
+    basis = basis_of(g_steps, c_steps) if g_steps and c_steps else None
+    head = {
+        "prompt_id": golden.prompt_id,
+        "api": golden.api,
+        "golden_prompt_tokens": golden.prompt_tokens,
+        "candidate_prompt_tokens": candidate.prompt_tokens,
+    }
+    if basis is None:
+        return _compare_text(golden.text, candidate.text, head)
+    keys_g = [key(s, basis) for s in g_steps]
+    keys_c = [key(s, basis) for s in c_steps]
+    shorter = min(len(keys_g), len(keys_c))
+    position = next((i for i in range(shorter) if keys_g[i] != keys_c[i]), shorter)
+    head |= {"basis": basis, "n_golden_tokens": len(g_steps), "n_identical": position}
     if position == len(g_steps) == len(c_steps):
         return PromptParity(**head, divergence=None)
     g = g_steps[position] if position < len(g_steps) else None
     c = c_steps[position] if position < len(c_steps) else None
     return PromptParity(
-        **head, divergence=divergence_at(position, g, c, top_k=top_k, max_gap=max_gap)
+        **head, divergence=divergence_at(position, g, c, basis, top_k=top_k, max_gap=max_gap)
+    )
+
+
+def _compare_text(golden: str, candidate: str, head: dict) -> PromptParity:
+    position = next(
+        (i for i, (a, b) in enumerate(zip(golden, candidate, strict=False)) if a != b),
+        min(len(golden), len(candidate)),
+    )
+    divergence = None
+    if golden != candidate:
+        divergence = Divergence(
+            position=position,
+            golden_token=repr(golden[position : position + 12]) if position < len(golden) else None,
+            candidate_token=(
+                repr(candidate[position : position + 12]) if position < len(candidate) else None
+            ),
+            unit="character",
+        )
+    return PromptParity(
+        **head, basis="text", n_golden_tokens=0, n_identical=0, divergence=divergence
     )
 
 
 def divergence_at(
-    position: int, g: TokenStep | None, c: TokenStep | None, *, top_k: int, max_gap: float
+    position: int,
+    g: TokenStep | None,
+    c: TokenStep | None,
+    basis: Basis,
+    *,
+    top_k: int,
+    max_gap: float,
 ) -> Divergence:
     """A near-tie needs each token in the other's top-k (vLLM's rule) and both models nearly
     indifferent (each preferred its own token by at most `max_gap` nats): numeric noise flips
     only near-equal choices, while on a flat distribution top-k membership alone admits any
     swap."""
     if g is None or c is None:  # one output ended early: no tie to judge
-        return Divergence(
-            position=position, golden_token=g and g.token_id, candidate_token=c and c.token_id
-        )
-    in_top = g.token_id in _top(c, top_k) and c.token_id in _top(g, top_k)
-    golden_gap, candidate_gap = _gap(g, c.token_id), _gap(c, g.token_id)
+        return Divergence(position=position, golden_token=_label(g), candidate_token=_label(c))
+    g_key, c_key = key(g, basis), key(c, basis)
+    g_top, c_top = top_by_key(g, basis), top_by_key(c, basis)
+    in_top = g_key in _best(c_top, top_k) and c_key in _best(g_top, top_k)
+    golden_gap, candidate_gap = _gap(g_top, g_key, c_key), _gap(c_top, c_key, g_key)
     gaps = [gap for gap in (golden_gap, candidate_gap) if gap is not None]
     return Divergence(
         position=position,
-        golden_token=g.token_id,
-        candidate_token=c.token_id,
-        golden_piece=g.piece,
-        candidate_piece=c.piece,
+        golden_token=_label(g),
+        candidate_token=_label(c),
         golden_logprob=g.logprob,
         candidate_logprob=c.logprob,
         golden_gap=golden_gap,
@@ -122,20 +230,24 @@ def divergence_at(
     )
 
 
-def _gap(step: TokenStep, other: int) -> float | None:
-    return None if other not in step.top else step.logprob - step.top[other]
+def _gap(top: dict[str, float], own: str, other: str) -> float | None:
+    if own not in top or other not in top:
+        return None
+    return top[own] - top[other]
 
 
-def _top(step: TokenStep, k: int) -> set[int]:
-    return set(sorted(step.top, key=step.top.__getitem__, reverse=True)[:k])
+def _best(top: dict[str, float], k: int) -> set[str]:
+    return set(sorted(top, key=top.__getitem__, reverse=True)[:k])
 
 
 class TeacherForcedFigures(BaseModel):
     n_positions: int
+    basis: Basis
     kl_mean: float
     kl_p99: float
+    kl_max: float
     top_token_agreement: float
-    perplexity_ratio: float
+    perplexity_ratio: float | None
 
 
 def compare_teacher_forced(
@@ -149,24 +261,33 @@ def compare_teacher_forced(
     smallest probability the candidate listed (an upper bound of its own), and "other" gets
     the mass left over; with k covering nearly all mass this is the full-vocabulary KL.
     """
-    if not golden or [s.token_id for s in golden] != [s.token_id for s in candidate]:
+    basis = basis_of(golden, candidate)
+    if not golden or basis is None:
         return None
-    kls = np.array([position_kl(g.top, c.top) for g, c in zip(golden, candidate, strict=True)])
-    agree = [
-        max(g.top, key=g.top.__getitem__) == max(c.top, key=c.top.__getitem__)
-        for g, c in zip(golden, candidate, strict=True)
+    if [key(s, basis) for s in golden] != [key(s, basis) for s in candidate]:
+        return None
+    tops = [
+        (top_by_key(g, basis), top_by_key(c, basis)) for g, c in zip(golden, candidate, strict=True)
     ]
-    mean_gap = np.mean([g.logprob - c.logprob for g, c in zip(golden, candidate, strict=True)])
+    kls = np.array([position_kl(g, c) for g, c in tops])
+    agree = [max(g, key=g.__getitem__) == max(c, key=c.__getitem__) for g, c in tops]
+    gaps = [
+        g.logprob - c.logprob
+        for g, c in zip(golden, candidate, strict=True)
+        if g.logprob is not None and c.logprob is not None
+    ]
     return TeacherForcedFigures(
         n_positions=len(golden),
+        basis=basis,
         kl_mean=float(kls.mean()),
         kl_p99=float(np.percentile(kls, 99)),
+        kl_max=float(kls.max()),
         top_token_agreement=float(np.mean(agree)),
-        perplexity_ratio=float(math.exp(mean_gap)),
+        perplexity_ratio=float(math.exp(np.mean(gaps))) if gaps else None,
     )
 
 
-def position_kl(golden_top: dict[int, float], candidate_top: dict[int, float]) -> float:
+def position_kl(golden_top: dict[str, float], candidate_top: dict[str, float]) -> float:
     p = {t: math.exp(lp) for t, lp in golden_top.items()}
     listed = {t: math.exp(lp) for t, lp in candidate_top.items()}
     unlisted = min(min(listed.values()), max(1.0 - sum(listed.values()), PROBABILITY_FLOOR))

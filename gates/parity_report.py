@@ -4,15 +4,18 @@ from __future__ import annotations
 
 from pydantic import Field
 
+from gates.capabilities import Capabilities
 from gates.parity_compare import HeadCheck, ProbeCheck, PromptParity, TeacherForcedFigures
 from gates.result import Figures
-from gates.settings import ParityTolerances
+from gates.settings import ParityCheck, ParityTolerances
 
 MAX_DIVERGENCE_ROWS = 20
 DIVERGENCE_HEADER = (
     "| prompt | position | golden token | candidate token | preferred by (nats), golden / "
     "candidate | near-tie |"
 )
+# the same table's separator row
+DIVERGENCE_RULE = "|---|---|---|---|---|---|"
 
 
 class ParityFigures(Figures):
@@ -21,8 +24,22 @@ class ParityFigures(Figures):
     candidate_url: str
     prompts: list[PromptParity] = Field(default_factory=list)
     teacher_forced: TeacherForcedFigures | None = None
+    teacher_forced_compared: bool = Field(False, description="both sides scored the text")
     probes: list[ProbeCheck] = Field(default_factory=list)
     heads: list[HeadCheck] = Field(default_factory=list)
+    not_compared: dict[str, str] = Field(default_factory=dict, description="and why")
+    golden_server: Capabilities | None = None
+    candidate_server: Capabilities | None = None
+
+    def compared_checks(self) -> list[ParityCheck]:
+        found: list[ParityCheck] = sorted({p.api for p in self.prompts})
+        if self.teacher_forced_compared:
+            found.append("teacher_forced")
+        if self.probes:
+            found.append("probes")
+        if self.heads:
+            found.append("heads")
+        return found
 
     @property
     def n_tokens_golden(self) -> int:
@@ -34,10 +51,11 @@ class ParityFigures(Figures):
 
     def failures(self, tolerances: ParityTolerances) -> list[str]:
         """Every reason this candidate is not at parity; empty when it is."""
-        found = [
+        found = [p.describe_template() for p in self.prompts if p.template_differs]
+        found += [
             p.divergence.describe(p.prompt_id)
             for p in self.prompts
-            if p.divergence and not p.passed
+            if p.divergence and not p.divergence.near_tie
         ]
         found += self._teacher_forced_failures(tolerances)
         found += [
@@ -55,6 +73,8 @@ class ParityFigures(Figures):
 
     def _teacher_forced_failures(self, tolerances: ParityTolerances) -> list[str]:
         tf = self.teacher_forced
+        if not self.teacher_forced_compared:
+            return []
         if tf is None:
             return [
                 "teacher-forced reference: positions differ from the golden's (another "
@@ -78,27 +98,36 @@ class ParityFigures(Figures):
             f"`{self.golden_model}`: {self.n_tokens_identical}/{self.n_tokens_golden} "
             f"golden tokens identical over {len(self.prompts)} prompts."
         ]
+        for side, caps in (("Golden", self.golden_server), ("Candidate", self.candidate_server)):
+            if caps is not None:
+                lines.append(f"{side} server {caps.summary()}.")
         lines += self._divergence_table() + self._teacher_forced_lines() + self._check_table()
+        if self.not_compared:
+            lines += ["", "**Not compared**", ""]
+            lines += [f"- {name}: {why}" for name, why in self.not_compared.items()]
         return "\n".join(lines)
 
     def _divergence_table(self) -> list[str]:
         rows = [p for p in self.prompts if p.divergence][:MAX_DIVERGENCE_ROWS]
         if not rows:
             return []
-        out = ["", DIVERGENCE_HEADER, "|---|---|---|---|---|---|"]
+        out = ["", DIVERGENCE_HEADER, DIVERGENCE_RULE]
         for p in rows:
             d = p.divergence
             assert d is not None
+            where = f"{d.position}" + (" (char)" if d.unit == "character" else "")
             out.append(
-                f"| {p.prompt_id} | {d.position} | {d.golden_token} {d.golden_piece!r} "
-                f"({_lp(d.golden_logprob)}) | {d.candidate_token} {d.candidate_piece!r} "
-                f"({_lp(d.candidate_logprob)}) | {_gap(d.golden_gap)} / {_gap(d.candidate_gap)} "
+                f"| {p.prompt_id} ({p.api}) | {where} | {d.golden_token} "
+                f"({_lp(d.golden_logprob)}) | {d.candidate_token} ({_lp(d.candidate_logprob)}) "
+                f"| {_gap(d.golden_gap)} / {_gap(d.candidate_gap)} "
                 f"| {'yes' if d.near_tie else 'no'} |"
             )
         return out
 
     def _teacher_forced_lines(self) -> list[str]:
         tf = self.teacher_forced
+        if not self.teacher_forced_compared:
+            return []
         if tf is None:
             return ["", "Teacher-forced reference: not comparable."]
         return [

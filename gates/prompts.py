@@ -1,21 +1,46 @@
-"""The parity prompt set: JSON Lines, one `{"id", "prompt", "max_tokens"?}` object a line."""
+"""The parity prompt set: JSON Lines, one object a line.
+
+`{"id", "prompt", "max_tokens"?, "stop"?}` is a raw completion (`/v1/completions`);
+`{"id", "messages": [{"role", "content"}, ...], "max_tokens"?, "stop"?}` is a chat turn
+(`/v1/chat/completions`, through the server's chat template), as clients send it.
+"""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from gates.errors import GoldenError
+
+
+class Message(BaseModel):
+    role: Literal["system", "user", "assistant"]
+    content: str
 
 
 class PromptCase(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     id: str
-    prompt: str
+    prompt: str | None = None
+    messages: list[Message] | None = None
     max_tokens: int | None = None
+    stop: list[str] | None = None
+
+    @model_validator(mode="after")
+    def _one_input(self) -> PromptCase:
+        if (self.prompt is None) == (self.messages is None):
+            raise ValueError("give either 'prompt' (a completion) or 'messages' (a chat turn)")
+        if self.messages == []:
+            raise ValueError("'messages' is empty")
+        return self
+
+    @property
+    def api(self) -> Literal["completions", "chat"]:
+        return "chat" if self.messages is not None else "completions"
 
 
 def load_prompts(path: Path) -> list[PromptCase]:
@@ -35,7 +60,7 @@ def load_prompts(path: Path) -> list[PromptCase]:
             cases.append(PromptCase.model_validate(raw))
         except (json.JSONDecodeError, ValidationError, AttributeError) as exc:
             raise GoldenError(
-                f"{path}:{number}: expected a JSON object with a string 'prompt', got "
+                f"{path}:{number}: expected a JSON object with 'prompt' or 'messages', got "
                 f"{line[:80]!r} ({exc})"
             ) from exc
     if not cases:

@@ -77,9 +77,17 @@ class LatencySettings(_Settings):
         return waves * concurrency
 
 
+ParityCheck = Literal["completions", "chat", "teacher_forced", "probes", "heads"]
+
+
 class ParityTolerances(_Settings):
     """Limits of the parity gate (notes/gates.md, Parity)."""
 
+    require: list[ParityCheck] | None = Field(
+        None,
+        description="comparisons without which there is no verdict (a side that cannot give "
+        "one gets 'no verdict', never a pass); None: every comparison the golden file holds",
+    )
     top_k: int = Field(
         5, description="a near-tie needs each token in the other's top-k (vLLM's rule)"
     )

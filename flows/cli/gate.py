@@ -64,9 +64,17 @@ def parity(
         float, typer.Option(help="near-tie rule: each side preferred its token by ≤ this (nats)")
     ] = 0.1,
     probe_rel_tol: Annotated[float, typer.Option(help="relative tolerance of probes")] = 1e-2,
+    require: Annotated[
+        str | None,
+        typer.Option(
+            help="comparisons without which there is no verdict, comma-separated from "
+            "completions,chat,teacher_forced,probes,heads (default: all the golden holds)"
+        ),
+    ] = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Greedy tokens, teacher-forced logprobs, probes and heads against a golden file."""
+    """Greedy answers, teacher-forced logprobs (and probes, heads if recorded) against a
+    golden file, comparing what both servers offer."""
     from gates.errors import GoldenError
     from gates.golden_format import Golden
     from gates.parity import run_parity
@@ -76,9 +84,17 @@ def parity(
         reference = Golden.load(golden)
     except GoldenError as exc:
         _fail_with_error(str(exc))
-    tolerances = ParityTolerances(
-        top_k=top_k, near_tie_max_gap=near_tie_max_gap, probe_rel_tol=probe_rel_tol
-    )
+    from pydantic import ValidationError
+
+    try:
+        tolerances = ParityTolerances(
+            top_k=top_k,
+            near_tie_max_gap=near_tie_max_gap,
+            probe_rel_tol=probe_rel_tol,
+            require=None if require is None else [c.strip() for c in require.split(",")],
+        )
+    except ValidationError as exc:
+        _fail_with_error(f"invalid parity options: {exc}")
     _emit(run_parity(url, reference, tolerances, model_id=model), as_json=as_json)
 
 

@@ -21,19 +21,27 @@ def record(
     model: Annotated[str | None, typer.Option(help="model id (default: first listed)")] = None,
     max_tokens: Annotated[int, typer.Option(help="tokens per prompt")] = 32,
     top_k: Annotated[int, typer.Option(help="logprobs recorded per position")] = 8,
+    extensions: Annotated[
+        str, typer.Option(help="non-standard endpoints to record too: probes,heads")
+    ] = "",
 ) -> None:
-    """Greedy token ids, top-k logprobs, teacher-forced reference, probes and heads."""
+    """Greedy answers (completions and chat turns) with top-k logprobs, the teacher-forced
+    reference text, and the server's probed capabilities; probes and heads on request."""
+    from pydantic import ValidationError
+
     from gates.errors import GateError
     from gates.golden import record_golden
     from gates.golden_format import GoldenSettings
 
     try:
+        wanted = [name.strip() for name in extensions.split(",") if name.strip()]
+        settings = GoldenSettings(max_tokens=max_tokens, top_k=top_k, extensions=wanted)
+    except ValidationError as exc:
+        typer.echo(f"error: --extensions {extensions!r}: expected probes and/or heads", err=True)
+        raise typer.Exit(2) from exc
+    try:
         golden = record_golden(
-            url,
-            prompts,
-            reference_file=reference,
-            model_id=model,
-            settings=GoldenSettings(max_tokens=max_tokens, top_k=top_k),
+            url, prompts, reference_file=reference, model_id=model, settings=settings
         )
     except GateError as exc:
         typer.echo(f"error: {exc}", err=True)
@@ -42,8 +50,10 @@ def record(
     n_tokens = sum(len(c.steps) for c in golden.outputs.completions)
     typer.echo(
         f"recorded {len(golden.outputs.completions)} prompts ({n_tokens} tokens) from "
-        f"{golden.model_id!r} at {url} into {out}"
+        f"{golden.model_id!r} at {url} into {out}; the server {golden.server.summary()}"
     )
+    for name, why in golden.outputs.not_collected.items():
+        typer.echo(f"  not recorded: {name}: {why}")
 
 
 @app.command()
@@ -65,7 +75,11 @@ def show(path: Annotated[Path, typer.Argument(help="golden file")]) -> None:
     typer.echo(
         f"  {len(outputs.completions)} prompts, "
         f"{sum(len(c.steps) for c in outputs.completions)} tokens, "
-        f"{len(outputs.reference)} teacher-forced positions, top-k {golden.settings.top_k}"
+        f"{len(outputs.reference or [])} teacher-forced positions, top-k {golden.settings.top_k}"
     )
+    typer.echo(f"  server: {golden.server.summary()}")
+    typer.echo(f"  sampling: {golden.settings.sampling}")
     typer.echo(f"  probes: {outputs.probes}")
     typer.echo(f"  heads: {outputs.heads}")
+    for name, why in outputs.not_collected.items():
+        typer.echo(f"  not recorded: {name}: {why}")

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from gates.golden import record_golden
-from gates.golden_format import Golden
+from gates.golden_format import Golden, GoldenSettings
 from tests.gates.servers import ModelServer, start_server
 
 REPO = Path(__file__).resolve().parents[2]
@@ -60,6 +60,12 @@ def fresh_server(tmp_path: Path) -> Iterator[StartServer]:
 
 @pytest.fixture(scope="session")
 def clef_golden(model_server: StartServer) -> Golden:
-    """Golden outputs recorded from the fp32 reference (clef-flash on pytorch)."""
+    """Golden outputs recorded from the fp32 reference (clef-flash on pytorch), with the
+    simulator's probes and heads extensions."""
     reference = model_server("clef-flash-pytorch", *FAST)
-    return record_golden(reference.url, PARITY_PROMPTS, reference_file=REFERENCE_TEXT)
+    return record_golden(
+        reference.url,
+        PARITY_PROMPTS,
+        reference_file=REFERENCE_TEXT,
+        settings=GoldenSettings(extensions=["probes", "heads"]),
+    )

@@ -38,7 +38,7 @@ def test_golden_record_then_parity_pass_and_fail(model_server: StartServer, tmp_
     assert golden.settings.reference_text == REFERENCE_TEXT.read_text()
     assert golden.model_id == "clef-flash" and golden.outputs.completions
     shown = runner.invoke(app, ["golden", "show", str(golden_file)])
-    assert "handoff.golden/v1" in shown.output
+    assert "handoff.golden/v2" in shown.output
 
     good = model_server("clef-flash-candle", *FAST)
     passed = runner.invoke(

@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from gates.golden_format import Completion, TokenStep
+from gates.golden_format import Alternative, Completion, TokenStep
 from gates.parity_compare import (
     compare_completion,
     compare_heads,
@@ -18,7 +18,10 @@ from gates.parity_compare import (
 
 
 def step(token: int, top: dict[int, float]) -> TokenStep:
-    return TokenStep(token_id=token, logprob=top.get(token, -20.0), top=top, piece=chr(token))
+    alternatives = [Alternative(token_id=t, piece=chr(t), logprob=lp) for t, lp in top.items()]
+    return TokenStep(
+        token_id=token, logprob=top.get(token, -20.0), top=alternatives, piece=chr(token)
+    )
 
 
 A, B, C, D = 97, 98, 99, 100
@@ -141,3 +144,47 @@ def test_missing_probe_fails() -> None:
 def test_heads_must_match_exactly() -> None:
     checks = compare_heads({"risk": "medium", "bucket": "2"}, {"risk": "medium", "bucket": "3"})
     assert [(c.name, c.passed) for c in checks] == [("bucket", False), ("risk", True)]
+
+
+def text_step(piece: str, top: list[tuple[str, float]]) -> TokenStep:
+    """A position as llama.cpp's server reports it: token text, top-k keyed by text."""
+    logprob = next((lp for t, lp in top if t == piece), None)
+    alternatives = [Alternative(piece=t, logprob=lp) for t, lp in top]
+    return TokenStep(piece=piece, logprob=logprob, top=alternatives)
+
+
+def test_without_token_ids_tokens_are_compared_by_text() -> None:
+    golden = completion(text_step("a", [("a", -0.69), ("b", -0.70)]))
+    candidate = completion(text_step("b", [("b", -0.69), ("a", -0.70)]))
+    result = compare_completion(golden, candidate, top_k=5, max_gap=0.1)
+    assert result.basis == "token text" and result.passed
+    assert result.divergence and result.divergence.golden_token == "'a'"
+
+
+def test_alternatives_sharing_a_text_add_up_instead_of_overwriting() -> None:
+    # two ids that both print as "" (special or partial UTF-8 tokens): half the mass each
+    shared = text_step("", [("", math.log(0.4)), ("", math.log(0.4)), ("x", math.log(0.2))])
+    whole = text_step("", [("", math.log(0.8)), ("x", math.log(0.2))])
+    figures = compare_teacher_forced([shared], [whole])
+    assert figures is not None and figures.kl_mean == pytest.approx(0.0, abs=1e-9)
+
+
+def test_another_chat_template_fails_even_with_identical_tokens() -> None:
+    golden = Completion(
+        prompt_id="c", api="chat", text="a", steps=[step(A, CONFIDENT_A)], prompt_tokens=31
+    )
+    candidate = golden.model_copy(update={"prompt_tokens": 27})
+    result = compare_completion(golden, candidate, top_k=5, max_gap=0.1)
+    assert result.divergence is None and not result.passed
+    assert "31 tokens, the candidate's 27: another chat template" in result.describe_template()
+
+
+def test_answers_without_logprobs_are_compared_as_text() -> None:
+    golden = Completion(prompt_id="c", api="chat", text="Ready.", steps=[])
+    same = compare_completion(golden, golden.model_copy(), top_k=5, max_gap=0.1)
+    assert same.passed and same.basis == "text"
+    other = compare_completion(
+        golden, golden.model_copy(update={"text": "Ready!"}), top_k=5, max_gap=0.1
+    )
+    assert not other.passed and other.divergence and other.divergence.position == 5
+    assert "no logprobs to judge a near-tie" in other.divergence.describe("c")
