@@ -31,6 +31,7 @@ class CellSamples:
     errors: Counter[str]
     duration_s: float
     n_out_guessed: int = 0  # successful requests whose N_out was not in `usage`
+    n_ended_early: int = 0  # successful requests the model ended (EOS) before max_tokens
 
     @classmethod
     def from_runs(cls, runs: list[Run]) -> CellSamples:
@@ -39,8 +40,9 @@ class CellSamples:
         errors = Counter(_error_kind(r.error) for r in records if r.error is not None)
         errors.update("no token events" for r in records if r.error is None and not r.ok)
         guessed = sum(r.ok and r.n_out_source == "events" for r in records)
+        early = sum(r.ok and r.ended_early for r in records)
         duration_s = sum(run.duration_s for run in runs)
-        return cls(metrics, len(records), errors, duration_s, guessed)
+        return cls(metrics, len(records), errors, duration_s, guessed, early)
 
     def values_ms(self, field: str) -> np.ndarray:
         """One value per request: `ttft`, `e2el` or `tpot` in ms."""
@@ -87,6 +89,7 @@ class CellFigures(BaseModel):
     tokens_per_event: LatencySummary | None
     output_tokens: int
     n_out_guessed: int = Field(0, description="N_out counted from events: no usage sent")
+    n_ended_early: int = Field(0, description="answers the model ended (EOS) before max_tokens")
     duration_s: float
     throughput_tok_s: float | None
     goodput_req_s: float | None
@@ -116,6 +119,7 @@ def summarise_cell(samples: CellSamples, *, label: str, concurrency: int, slo: S
         tokens_per_event=summarise([m.tokens_per_event for m in metrics]),
         output_tokens=samples.output_tokens(),
         n_out_guessed=samples.n_out_guessed,
+        n_ended_early=samples.n_ended_early,
         duration_s=samples.duration_s,
         throughput_tok_s=throughput,
         goodput_req_s=_goodput(samples, slo),

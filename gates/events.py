@@ -28,6 +28,7 @@ class StreamEvent:
     response_id: str | None = None
     error: str | None = None
     done: bool = False
+    finish_reason: str | None = None
 
 
 def parse_payload(data: str | bytes) -> StreamEvent:
@@ -44,7 +45,9 @@ def parse_payload(data: str | bytes) -> StreamEvent:
         return StreamEvent(error=f"server error in stream: {payload['error']}")
     text = "".join(_choice_text(choice) for choice in payload.get("choices") or [])
     usage = payload.get("usage") or {}
+    reasons = [c.get("finish_reason") for c in payload.get("choices") or [] if isinstance(c, dict)]
     return StreamEvent(
+        finish_reason=next((str(r) for r in reasons if r), None),
         is_token=bool(text),
         text=text,
         completion_tokens=usage.get("completion_tokens"),

@@ -36,6 +36,7 @@ def finish_record(record: RequestRecord, raw: RawStream) -> RequestRecord:
         if event.prompt_tokens is not None:
             record.n_prompt = event.prompt_tokens
         record.response_id = record.response_id or event.response_id
+        record.finish_reason = event.finish_reason or record.finish_reason
         if event.error is not None and record.error is None:
             record.error = event.error
         done = done or event.done
@@ -55,11 +56,13 @@ def check_complete(record: RequestRecord, *, done: bool) -> str | None:
     if record.n_out is None:
         # Flagged fallback: one token per event is only a guess when usage is missing.
         record.n_out, record.n_out_source = events, "events"
-    if record.expected_tokens is not None and record.n_out != record.expected_tokens:
-        return (
-            f"stream delivered {record.n_out} tokens, expected {record.expected_tokens} "
-            "(ignore_eos was set): the server cut the answer short"
-        )
     if events == 0:
         return "stream finished without a single token event"
+    if record.ended_early:
+        return None  # EOS: the model's own end, whatever ignore_eos asked
+    if record.expected_tokens is not None and record.n_out != record.expected_tokens:
+        return (
+            f"stream delivered {record.n_out} tokens, expected {record.expected_tokens}, "
+            f"finish_reason {record.finish_reason!r}: the server cut the answer short"
+        )
     return None

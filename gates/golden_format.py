@@ -58,8 +58,7 @@ class ModelOutputs(BaseModel):
 
     completions: list[Completion]
     reference: list[TokenStep] | None = Field(
-        None,
-        description="teacher-forced logprobs of the reference text; None: not offered"
+        None, description="teacher-forced logprobs of the reference text; None: not offered"
     )
     probes: dict[str, float] | None = Field(None, description="None: not asked for or served")
     heads: dict[str, str] | None = Field(None, description="None: not asked for or served")

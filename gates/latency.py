@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from gates import api
+from gates.capabilities import discover
 from gates.cell import CellSamples, summarise_cell
 from gates.compare import compare_cells
 from gates.errors import ServerError
@@ -87,10 +88,22 @@ async def run_latency_async(
 
 
 async def _side(label: str, url: str, model: str | None, settings: LatencySettings) -> _Side:
+    """The request shape this server can take: the configured endpoint, or with "auto"
+    completions where offered and chat otherwise (candle-vllm has no completions)."""
     async with api.make_client(url, timeout_s=settings.read_timeout_s) as client:
         model_id = await api.resolve_model_id(client, model)
+        caps = await discover(client, model_id)
+    chosen = settings.api
+    if chosen == "auto":
+        chosen = "completions" if caps.completions else "chat"
+    if not (caps.completions if chosen == "completions" else caps.chat):
+        raise ServerError(f"{url} has no {chosen} endpoint ({caps.summary()}); set `api`")
     shape = RequestShape(
-        model=model_id, max_tokens=settings.max_tokens, api=settings.api, seed=settings.seed
+        model=model_id,
+        max_tokens=settings.max_tokens,
+        api=chosen,
+        seed=settings.seed,
+        extensions=caps.extended_sampling,
     )
     return _Side(label, url, shape)
 
@@ -155,12 +168,17 @@ def interleave(items: list[T], *, rounds: int) -> list[tuple[int, T]]:
 
 
 def _decide_level(level: LevelFigures, settings: LatencySettings) -> LevelFigures:
-    """Failures: too many failed candidate requests, a regressed metric, a missed SLO."""
-    findings, cell = [], level.candidate
-    if cell.n_requests and cell.n_failed / cell.n_requests > settings.max_failed_fraction:
+    """Failures: more failed candidate requests than live's plus the tolerated share (the
+    live server is judged alike: a candidate no worse than live passes this), a regressed
+    metric, a missed SLO."""
+    findings, cell, live = [], level.candidate, level.baseline
+    live_rate = live.n_failed / live.n_requests if live and live.n_requests else 0.0
+    allowed = live_rate + settings.max_failed_fraction
+    if cell.n_requests and cell.n_failed / cell.n_requests > allowed:
+        than_live = f" (live: {live.n_failed} of {live.n_requests})" if live else ""
         findings.append(
             f"{cell.n_failed} of {cell.n_requests} candidate requests failed at "
-            f"{level.concurrency} streams: {cell.errors}"
+            f"{level.concurrency} streams{than_live}: {cell.errors}"
         )
     findings += [
         f"{level.concurrency} streams: {c.reason}"

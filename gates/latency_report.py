@@ -69,6 +69,7 @@ def _little(cell: CellFigures) -> str:
 _ROWS: list[tuple[str, Callable[[CellFigures], str]]] = [
     ("requests ok / failed", lambda c: f"{c.n_ok} / {c.n_failed}"),
     ("N_out counted from events (no usage)", lambda c: str(c.n_out_guessed)),
+    ("ended by the model before max_tokens", lambda c: str(c.n_ended_early)),
     ("TTFT ms p50 / p95 / p99", lambda c: _fmt(c.ttft_ms, "p50", "p95", "p99")),
     ("TPOT ms mean / p50 / p95", lambda c: _fmt(c.tpot_ms, "mean", "p50", "p95")),
     ("ITL ms p50 / p99", lambda c: _fmt(c.itl_ms, "p50", "p99")),

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 from urllib.parse import urlsplit
 
+from gates import sampling
 from gates.client import CHAT_PATH, COMPLETIONS_PATH, HttpxStream
 from gates.finish import RawStream, finish_record
 from gates.records import RequestRecord
@@ -34,6 +35,9 @@ class RequestShape:
     max_tokens: int
     api: Api = "completions"
     seed: int = 0
+    # the server takes vLLM/llama.cpp extensions: min_tokens (where ignore_eos is ignored,
+    # it keeps the answer at max_tokens) and the full greedy sampling set
+    extensions: bool = False
 
     @property
     def path(self) -> str:
@@ -41,15 +45,16 @@ class RequestShape:
 
     def body(self, prompt: str) -> dict[str, Any]:
         """Greedy, fixed-length streaming request with usage reported at the end."""
-        body: dict[str, Any] = {
+        body: dict[str, Any] = sampling.neutral(extended=self.extensions) | {
             "model": self.model,
             "max_tokens": self.max_tokens,
-            "temperature": 0.0,
             "ignore_eos": True,
             "seed": self.seed,
             "stream": True,
             "stream_options": {"include_usage": True},
         }
+        if self.extensions:
+            body["min_tokens"] = self.max_tokens
         if self.api == "chat":
             body["messages"] = [{"role": "user", "content": prompt}]
         else:

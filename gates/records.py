@@ -19,7 +19,11 @@ class RequestRecord(BaseModel):
     label: str = Field(default="", description="which side of a comparison sent it")
     round: int = 0
     expected_tokens: int | None = Field(
-        default=None, description="max_tokens with ignore_eos: the stream must deliver this many"
+        default=None,
+        description="max_tokens: a stream must deliver this many unless the model ended it",
+    )
+    finish_reason: str | None = Field(
+        default=None, description="the server's: 'stop' (EOS or a stop sequence), 'length', ..."
     )
     t_queued_ns: int = Field(default=0, description="request handed to the client")
     t_send_ns: int | None = Field(default=None, description="request headers start on the wire")
@@ -35,6 +39,13 @@ class RequestRecord(BaseModel):
     response_id: str | None = None
     status: int | None = None
     error: str | None = None
+
+    @property
+    def ended_early(self) -> bool:
+        """The model ended the answer (EOS) before max_tokens: servers that ignore
+        `ignore_eos` do this, and it is an answer, not a failure."""
+        short = self.expected_tokens is not None and (self.n_out or 0) < self.expected_tokens
+        return self.finish_reason == "stop" and short
 
     @property
     def ok(self) -> bool:

@@ -51,8 +51,12 @@ class LatencySettings(_Settings):
     levels: list[Annotated[int, Field(ge=1)]] = Field(
         default=[1, 16], min_length=1, description="concurrent streams, closed loop"
     )
-    max_tokens: int = Field(32, ge=2, description="fixed output length (ignore_eos)")
-    api: Literal["completions", "chat"] = "completions"
+    max_tokens: int = Field(
+        32, ge=2, description="output length asked for (ignore_eos, min_tokens where taken)"
+    )
+    api: Literal["auto", "completions", "chat"] = Field(
+        "auto", description="auto: completions where the server has them, else chat"
+    )
     prompts: list[str] = Field(default=list(DEFAULT_LATENCY_PROMPTS), min_length=1)
     seed: int = 0
     rounds: int = Field(3, ge=1, description="interleaved baseline/candidate rounds per level")

@@ -93,3 +93,21 @@ def test_stream_completeness(
         assert fragment in error
     if done and n_out is None:
         assert (record.n_out, record.n_out_source) == (events, "events")
+
+
+@pytest.mark.parametrize(
+    ("finish_reason", "fragment"),
+    [("stop", None), ("length", "cut the answer short"), (None, "cut the answer short")],
+)
+def test_an_answer_the_model_ended_is_not_a_failure(
+    finish_reason: str | None, fragment: str | None
+) -> None:
+    # llama.cpp's server ignores ignore_eos: a short answer ending in "stop" is the model's EOS
+    record = RequestRecord(
+        index=0, n_out=3, token_times_ns=[1, 2, 3], expected_tokens=8, finish_reason=finish_reason
+    )
+    error = check_complete(record, done=True)
+    assert (error is None) == (fragment is None), error
+    if fragment:
+        assert fragment in error
+    assert record.ended_early is (finish_reason == "stop")
