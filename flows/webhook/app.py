@@ -26,15 +26,16 @@ from starlette.routing import Route
 
 from flows.webhook.deliveries import DeliveryLog, MergeInFlight
 from flows.webhook.events import MergeEvent, PrefectApiError, build_event, emit_events
+from flows.webhook.gitcmd import clip
 from flows.webhook.mirror import MirrorError, MirrorTimeout, Upstream, fetch_merge
 from flows.webhook.mirrors import MirrorPool
 from flows.webhook.payload import (
+    HeaderError,
     Merge,
     NotAMerge,
     PayloadError,
-    delivery_of,
-    forge_of,
     parse_merge,
+    read_headers,
 )
 from flows.webhook.signature import check_signature
 from flows.webhook.specs import HandoffTarget, SpecIndex, index_specs
@@ -99,10 +100,9 @@ def create_app(settings: RelaySettings) -> Starlette:
         refused = check_signature(settings.secret, body, request.headers)
         if refused:
             return _reply(401, "bad-signature", refused)
-        try:
-            data = json.loads(body)
-        except ValueError as exc:
-            return _reply(400, "malformed", f"body is not JSON: {exc}")
+        data = _json_of(body)
+        if isinstance(data, JSONResponse):
+            return data
         return await _relay(settings, upstream, deliveries, request, data)
 
     async def healthz(_: Request) -> JSONResponse:
@@ -172,15 +172,31 @@ def _process(
     )
 
 
+def _json_of(body: bytes) -> Any:
+    """The parsed body, or the 400 answer: not JSON, nested too deep to parse, or holding a
+    lone surrogate (no UTF-8 form: it could be neither logged, stored nor sent on)."""
+    try:
+        data = json.loads(body)
+        json.dumps(data, ensure_ascii=False).encode("utf-8")
+    except RecursionError:
+        return _reply(400, "malformed", "body is JSON nested too deeply to read")
+    except UnicodeEncodeError:
+        return _reply(400, "malformed", "body holds a lone surrogate (\\ud800-\\udfff)")
+    except ValueError as exc:
+        return _reply(400, "malformed", f"body is not JSON: {clip(str(exc))}")
+    return data
+
+
 def _merge_of(
     settings: RelaySettings, request: Request, data: Any
 ) -> tuple[Merge, str] | JSONResponse:
     """The merge and its delivery id, or the answer when the delivery is not one."""
-    forge, delivery = forge_of(request.headers), delivery_of(request.headers)
-    if forge is None or delivery is None:
-        return _reply(400, "malformed", "missing X-Forgejo/X-Gitea/X-GitHub Event or Delivery")
     try:
-        merge = parse_merge(*forge, data, branch=settings.branch)
+        forge, event, delivery = read_headers(request.headers)
+    except HeaderError as exc:
+        return _reply(400, "malformed", str(exc))
+    try:
+        merge = parse_merge(forge, event, data, branch=settings.branch)
     except PayloadError as exc:
         return _reply(400, "malformed", str(exc), delivery=delivery)
     if isinstance(merge, NotAMerge):

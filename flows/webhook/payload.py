@@ -10,15 +10,53 @@ anything else (other events, other branches, branch deletions) is ignored.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping
-from typing import Any, Literal
+import re
+from collections.abc import Iterable, Mapping
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, StringConstraints, ValidationError
 
 ZERO_SHA = "0" * 40
 # event header (lower case) → forge name; Forgejo also sends X-Gitea-Event, so it comes first
 EVENT_HEADERS = {"x-forgejo-event": "forgejo", "x-gitea-event": "gitea", "x-github-event": "github"}
 DELIVERY_HEADERS = ("x-forgejo-delivery", "x-gitea-delivery", "x-github-delivery")
+# Longer than any forge sends (GitHub: 255-byte branch names, 39 + 100 for owner/name):
+# a longer value is refused rather than carried into paths, commands and logs.
+MAX_BRANCH_CHARS = 255
+MAX_REF_CHARS = 300
+MAX_NAME_CHARS = 256
+MAX_PATH_CHARS = 4096
+MAX_URL_CHARS = 2048
+MAX_DELIVERY_CHARS = 128
+_DELIVERY = re.compile(rf"^[\x21-\x7e]{{1,{MAX_DELIVERY_CHARS}}}$")
+_EVENT = re.compile(r"^[a-z_]{1,64}$")
+_BRANCH_CHARS = re.compile(r"^[A-Za-z0-9._/+-]+$")
+
+
+def _branch_name(name: str) -> str:
+    """A branch name git accepts and that cannot change the meaning of a refspec."""
+    if (
+        not _BRANCH_CHARS.match(name)
+        or name.startswith(("-", "/", "."))
+        or name.endswith(("/", ".", ".lock"))
+        or ".." in name
+        or "//" in name
+    ):
+        raise ValueError(
+            "not a branch name the relay accepts (letters, digits and ._/+- only; no leading "
+            "- / or ., no .., //, trailing / . or .lock)"
+        )
+    return name
+
+
+Sha = Annotated[str, StringConstraints(pattern=r"^[0-9a-fA-F]{40}([0-9a-fA-F]{24})?$")]
+Ref = Annotated[str, StringConstraints(max_length=MAX_REF_CHARS)]
+Branch = Annotated[
+    str, StringConstraints(max_length=MAX_BRANCH_CHARS), AfterValidator(_branch_name)
+]
+Name = Annotated[str, StringConstraints(min_length=1, max_length=MAX_NAME_CHARS)]
+RepoPath = Annotated[str, StringConstraints(max_length=MAX_PATH_CHARS)]
+Url = Annotated[str, StringConstraints(max_length=MAX_URL_CHARS)]
 
 
 class _Loose(BaseModel):
@@ -26,36 +64,36 @@ class _Loose(BaseModel):
 
 
 class _Commit(_Loose):
-    id: str
+    id: Sha
     timestamp: dt.datetime | None = None
-    added: list[str] = []
-    removed: list[str] = []
-    modified: list[str] = []
+    added: list[RepoPath] = []
+    removed: list[RepoPath] = []
+    modified: list[RepoPath] = []
 
 
 class _Repository(_Loose):
-    full_name: str
-    clone_url: str | None = None
-    default_branch: str | None = None
+    full_name: Name
+    clone_url: Url | None = None
+    default_branch: Branch | None = None
 
 
 class _Push(_Loose):
-    ref: str
-    before: str | None = None
-    after: str
+    ref: Ref
+    before: Sha | None = None
+    after: Sha
     commits: list[_Commit] = []
     head_commit: _Commit | None = None
     repository: _Repository
 
 
 class _Branch(_Loose):
-    ref: str
-    sha: str | None = None
+    ref: Annotated[str, StringConstraints(max_length=MAX_BRANCH_CHARS)]
+    sha: Sha | None = None
 
 
 class _PullRequest(_Loose):
     merged: bool = False
-    merge_commit_sha: str | None = None
+    merge_commit_sha: Sha | None = None
     merged_at: dt.datetime | None = None
     base: _Branch
 
@@ -94,6 +132,22 @@ class PayloadError(ValueError):
     """The body is JSON but not the shape the named event promises."""
 
 
+class HeaderError(ValueError):
+    """The event or delivery headers are missing, repeated or not what a forge sends."""
+
+
+def repeated(headers: Iterable[tuple[str, str]], names: Iterable[str]) -> list[str]:
+    """Which of names (lower case) occur more than once among the (name, value) pairs."""
+    wanted, seen, twice = set(names), set(), []
+    for name, _ in headers:
+        key = name.lower()
+        if key in wanted:
+            if key in seen and key not in twice:
+                twice.append(key)
+            seen.add(key)
+    return twice
+
+
 def forge_of(headers: Mapping[str, str]) -> tuple[str, str] | None:
     """(forge, event name) from the event headers, or None when there are none."""
     for header, forge in EVENT_HEADERS.items():
@@ -108,6 +162,24 @@ def delivery_of(headers: Mapping[str, str]) -> str | None:
         if value:
             return value
     return None
+
+
+def read_headers(headers: Mapping[str, str]) -> tuple[str, str, str]:
+    """(forge, event, delivery id) from a delivery's headers; HeaderError says what is wrong."""
+    twice = repeated(headers.items(), [*EVENT_HEADERS, *DELIVERY_HEADERS])
+    if twice:
+        raise HeaderError(f"{', '.join(twice)} given more than once: send each header once")
+    forge, delivery = forge_of(headers), delivery_of(headers)
+    if forge is None or delivery is None:
+        raise HeaderError("missing X-Forgejo/X-Gitea/X-GitHub Event or Delivery")
+    if not _EVENT.match(forge[1]):
+        raise HeaderError(f"the {forge[0]} event header is not an event name (a-z and _)")
+    if not _DELIVERY.match(delivery):
+        raise HeaderError(
+            f"the delivery id is not 1–{MAX_DELIVERY_CHARS} printable ASCII characters "
+            "without spaces"
+        )
+    return (*forge, delivery)
 
 
 def parse_merge(forge: str, event: str, body: Any, *, branch: str | None) -> Merge | NotAMerge:

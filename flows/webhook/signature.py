@@ -2,8 +2,9 @@
 
 Forgejo/Gitea put the bare hex digest in `X-Forgejo-Signature` / `X-Gitea-Signature`;
 GitHub (and Gitea/Forgejo for compatibility) put `sha256=<hex>` in
-`X-Hub-Signature-256`. Every signature header present must match: a body is never
-accepted on the strength of one header while another disagrees. The comparison is
+`X-Hub-Signature-256`. Every signature header present must match, and each may be
+given once: a body is never accepted on the strength of one value while another
+disagrees. The comparison is
 constant-time (`hmac.compare_digest`) so response timing leaks nothing of the digest.
 """
 
@@ -12,6 +13,8 @@ from __future__ import annotations
 import hashlib
 import hmac
 from collections.abc import Mapping
+
+from flows.webhook.payload import repeated
 
 # header name (lower case) → prefix before the hex digest
 SIGNATURE_HEADERS: dict[str, str] = {
@@ -28,6 +31,12 @@ def sign(secret: bytes, body: bytes) -> str:
 
 def check_signature(secret: bytes, body: bytes, headers: Mapping[str, str]) -> str | None:
     """None when the body is signed with secret; otherwise why it is refused."""
+    twice = repeated(headers.items(), SIGNATURE_HEADERS)
+    if twice:
+        return (
+            f"{', '.join(twice)} given more than once: a body is checked against exactly one "
+            "value of each signature header"
+        )
     present = {name: headers[name] for name in SIGNATURE_HEADERS if name in headers}
     if not present:
         return (
