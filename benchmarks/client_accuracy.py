@@ -21,7 +21,6 @@ With 4 or more cores the server runs on CPU 1 and the client on CPU 2.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import tempfile
@@ -32,6 +31,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 
+from gates import wakeclock
 from gates.load import RequestShape, Run, StreamPool, Transport
 from gates.metrics import compute_request_metrics
 from gates.records import RequestRecord
@@ -170,6 +170,16 @@ def _ratio(old: float, new: float) -> float:
     return abs(old) / abs(new) if new else float("inf")
 
 
+def dump(path: Path, runs: list[LevelRun], truth: dict[str, dict]) -> None:
+    with path.open("w") as out:
+        for level in runs:
+            for record in level.run.records:
+                server = truth.get(record.response_id or "", {})
+                row = {"transport": level.transport, "streams": level.concurrency}
+                row |= {"client": record.model_dump(), "server": server}
+                out.write(json.dumps(row) + "\n")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--levels", default="1,16,64,256")
@@ -178,6 +188,7 @@ def main() -> None:
     parser.add_argument("--min-requests", type=int, default=16, help="per level and transport")
     parser.add_argument("--compare", action="store_true", help="httpx and native, same run")
     parser.add_argument("--transport", default="native", choices=["native", "httpx"])
+    parser.add_argument("--dump", type=Path, help="write per-request client and server stamps")
     args = parser.parse_args()
     levels = [int(level) for level in args.levels.split(",")]
     transports: list[Transport] = ["httpx", "native"] if args.compare else [args.transport]
@@ -188,7 +199,7 @@ def main() -> None:
             os.sched_setaffinity(0, {CLIENT_CPU})
         try:
             runs = [
-                asyncio.run(measure(server.url, transport, c, args, server.process.pid))
+                wakeclock.run(measure(server.url, transport, c, args, server.process.pid))
                 for c in levels
                 for transport in transports
             ]
@@ -196,6 +207,8 @@ def main() -> None:
         finally:
             server.stop()
     truth = {entry["id"]: entry for entry in map(json.loads, lines)}
+    if args.dump:
+        dump(args.dump, runs, truth)
     print_rows([(level, summarise_level(level, truth)) for level in runs], args.compare)
 
 
