@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import BaseModel
@@ -54,8 +54,8 @@ def _throughput_units(cell: CellSamples) -> list[np.ndarray]:
     return [np.array([m.n_out, m.e2el_ns / 1e6]) for m in cell.metrics]
 
 
-def _throughput(values: np.ndarray) -> float:
-    return float(values[0::2].sum() / values[1::2].sum())
+def _throughput(values: np.ndarray) -> Any:
+    return values[..., 0::2].sum(-1) / values[..., 1::2].sum(-1)
 
 
 _SPECS = (

@@ -10,10 +10,13 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
-Statistic = Callable[[np.ndarray], float]
+Statistic = Callable[[np.ndarray], Any]
+"""Reduces the last axis: one value for a 1-D array, one per row for a 2-D one."""
+_BLOCK_VALUES = 4_000_000  # resampled values held at once by the vectorised bootstrap
 
 
 @dataclass(frozen=True)
@@ -73,7 +76,7 @@ def bootstrap_ratio(
     rng = np.random.default_rng(seed)
     cand_draws = _resampled_statistics(candidate, statistic, n_resamples, rng)
     base_draws = _resampled_statistics(baseline, statistic, n_resamples, rng)
-    point = statistic(np.concatenate(candidate)) / statistic(np.concatenate(baseline))
+    point = float(statistic(np.concatenate(candidate)) / statistic(np.concatenate(baseline)))
     low, high = _percentile_interval(cand_draws / base_draws, confidence)
     return Interval(point=point, low=low, high=high)
 
@@ -89,7 +92,7 @@ def bootstrap_interval(
     """Interval of statistic(units) itself, e.g. the candidate's p95 against an SLO."""
     draws = _resampled_statistics(units, statistic, n_resamples, np.random.default_rng(seed))
     low, high = _percentile_interval(draws, confidence)
-    return Interval(point=statistic(np.concatenate(units)), low=low, high=high)
+    return Interval(point=float(statistic(np.concatenate(units))), low=low, high=high)
 
 
 def _resampled_statistics(
@@ -97,9 +100,14 @@ def _resampled_statistics(
 ) -> np.ndarray:
     n = len(units)
     picks = rng.integers(0, n, size=(n_resamples, n))
-    if len({unit.size for unit in units}) == 1:  # equal-sized units: one gather per resample
+    if len({unit.size for unit in units}) == 1:  # equal-sized units: whole blocks at once
         matrix = np.stack(units)
-        return np.array([statistic(matrix[row].ravel()) for row in picks])
+        rows = max(1, _BLOCK_VALUES // matrix.size)
+        blocks = [
+            statistic(matrix[picks[i : i + rows]].reshape(len(picks[i : i + rows]), -1))
+            for i in range(0, n_resamples, rows)
+        ]
+        return np.concatenate([np.atleast_1d(block) for block in blocks])
     return np.array([statistic(np.concatenate([units[i] for i in row])) for row in picks])
 
 
@@ -109,13 +117,13 @@ def _percentile_interval(draws: np.ndarray, confidence: float) -> tuple[float, f
     return float(low), float(high)
 
 
-def median(values: np.ndarray) -> float:
-    return float(np.median(values))
+def median(values: np.ndarray) -> Any:
+    return np.median(values, axis=-1)
 
 
-def p95(values: np.ndarray) -> float:
-    return float(np.percentile(values, 95))
+def p95(values: np.ndarray) -> Any:
+    return np.percentile(values, 95, axis=-1)
 
 
-def p99(values: np.ndarray) -> float:
-    return float(np.percentile(values, 99))
+def p99(values: np.ndarray) -> Any:
+    return np.percentile(values, 99, axis=-1)
