@@ -8,15 +8,14 @@ decided by `gates.compare` (regression against the baseline) and the optional SL
 
 from __future__ import annotations
 
-import asyncio
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from typing import TypeVar
 
-from gates import api
+from gates import api, wakeclock
 from gates.capabilities import discover
-from gates.cell import CellSamples, summarise_cell
-from gates.compare import compare_cells
+from gates.cell import CellFigures, CellSamples, summarise_cell
+from gates.compare import Comparison, compare_cells
 from gates.errors import ServerError
 from gates.latency_report import LatencyFigures, LevelFigures
 from gates.load import RequestShape, Run, StreamPool
@@ -46,7 +45,7 @@ def run_latency(
 ) -> LatencyResult:
     """Measure and decide; model ids default to the first each server lists."""
     settings = settings or LatencySettings()
-    return asyncio.run(
+    return wakeclock.run(
         run_latency_async(
             candidate_url,
             baseline_url,
@@ -111,7 +110,50 @@ async def _side(label: str, url: str, model: str | None, settings: LatencySettin
 async def _measure_level(
     sides: list[_Side], concurrency: int, settings: LatencySettings
 ) -> LevelFigures:
-    runs = await _interleaved_runs(sides, concurrency, settings)
+    """Interleaved rounds until the last look, or an earlier look whose verdict is certain."""
+    runs: dict[str, list[Run]] = {side.label: [] for side in sides}
+    looks, at_look = settings.looks(), settings.at_each_look()
+    level: LevelFigures | None = None
+    async with AsyncExitStack() as stack:
+        pools = [
+            await stack.enter_async_context(
+                StreamPool(
+                    side.url,
+                    concurrency=concurrency,
+                    read_timeout_s=settings.read_timeout_s,
+                    transport=settings.transport,
+                    proxy=settings.proxy,
+                )
+            )
+            for side in sides
+        ]
+        for side, pool in zip(sides, pools, strict=True):  # warm-up, discarded
+            n_warm = settings.warmup_requests_per_stream * concurrency
+            await pool.run(side.shape, settings.prompts, n_requests=n_warm)
+        n_round = settings.requests_per_round(concurrency)
+        order = interleave(list(zip(sides, pools, strict=True)), rounds=settings.rounds)
+        for round_index, (side, pool) in order:
+            run = await pool.run(
+                side.shape,
+                settings.prompts,
+                n_requests=n_round,
+                label=side.label,
+                round_index=round_index,
+            )
+            runs[side.label].append(run)
+            done = len(runs[side.label])
+            if all(len(r) == done for r in runs.values()) and done in looks:
+                level = evaluate_level(runs, concurrency, at_look, rounds=done)
+                if done == settings.rounds or is_certain(level, at_look):
+                    break
+    assert level is not None  # the last round is always a look
+    return level
+
+
+def evaluate_level(
+    runs: dict[str, list[Run]], concurrency: int, settings: LatencySettings, *, rounds: int
+) -> LevelFigures:
+    """Figures and verdict of one level from its runs so far (pure: benchmarks replay it)."""
     samples = {label: CellSamples.from_runs(side_runs) for label, side_runs in runs.items()}
     cells = {
         label: summarise_cell(s, label=label, concurrency=concurrency, slo=settings.slo)
@@ -128,38 +170,39 @@ async def _measure_level(
         slo_checks=slo_checks,
         passed=None,
         findings=[],
+        rounds=rounds,
+        max_rounds=settings.rounds,
     )
     return _decide_level(level, settings)
 
 
-async def _interleaved_runs(
-    sides: list[_Side], concurrency: int, settings: LatencySettings
-) -> dict[str, list[Run]]:
-    runs: dict[str, list[Run]] = {side.label: [] for side in sides}
-    timeout = settings.read_timeout_s
-    async with AsyncExitStack() as stack:
-        pools = [
-            await stack.enter_async_context(
-                StreamPool(side.url, concurrency=concurrency, read_timeout_s=timeout)
-            )
-            for side in sides
-        ]
-        for side, pool in zip(sides, pools, strict=True):  # warm-up, discarded
-            n_warm = settings.warmup_requests_per_stream * concurrency
-            await pool.run(side.shape, settings.prompts, n_requests=n_warm)
-        n_round = settings.requests_per_round(concurrency)
-        for round_index, (side, pool) in interleave(
-            list(zip(sides, pools, strict=True)), rounds=settings.rounds
-        ):
-            run = await pool.run(
-                side.shape,
-                settings.prompts,
-                n_requests=n_round,
-                label=side.label,
-                round_index=round_index,
-            )
-            runs[side.label].append(run)
-    return runs
+def is_certain(level: LevelFigures, settings: LatencySettings) -> bool:
+    """Stop early: a regression or too many failures already shown, or every metric surely
+    within its margin and every SLO surely met. A missed SLO is not certain before the end
+    (its test is one-sided towards failing)."""
+    regressed = any(c.outcome == "regressed" for c in level.comparisons)
+    if regressed or _too_many_failed(level.candidate, level.baseline, settings):
+        return True
+    checks = [_surely_within(c) for c in level.comparisons] + [
+        s.met is True for s in level.slo_checks
+    ]
+    return bool(checks) and all(checks)
+
+
+def _surely_within(c: Comparison) -> bool:
+    if c.ratio_low is None or c.ratio_high is None:
+        return False
+    return c.ratio_high <= c.margin if c.worse_when == "higher" else c.ratio_low >= c.margin
+
+
+def _too_many_failed(
+    cell: CellFigures, live: CellFigures | None, settings: LatencySettings
+) -> bool:
+    """More failed candidate requests than live's plus the tolerated share (the live server
+    is judged alike: a candidate no worse than live passes this)."""
+    live_rate = live.n_failed / live.n_requests if live and live.n_requests else 0.0
+    allowed = live_rate + settings.max_failed_fraction
+    return bool(cell.n_requests) and cell.n_failed / cell.n_requests > allowed
 
 
 def interleave(items: list[T], *, rounds: int) -> list[tuple[int, T]]:
@@ -168,13 +211,10 @@ def interleave(items: list[T], *, rounds: int) -> list[tuple[int, T]]:
 
 
 def _decide_level(level: LevelFigures, settings: LatencySettings) -> LevelFigures:
-    """Failures: more failed candidate requests than live's plus the tolerated share (the
-    live server is judged alike: a candidate no worse than live passes this), a regressed
+    """Failures: too many failed candidate requests (`_too_many_failed`), a regressed
     metric, a missed SLO."""
     findings, cell, live = [], level.candidate, level.baseline
-    live_rate = live.n_failed / live.n_requests if live and live.n_requests else 0.0
-    allowed = live_rate + settings.max_failed_fraction
-    if cell.n_requests and cell.n_failed / cell.n_requests > allowed:
+    if _too_many_failed(cell, live, settings):
         than_live = f" (live: {live.n_failed} of {live.n_requests})" if live else ""
         findings.append(
             f"{cell.n_failed} of {cell.n_requests} candidate requests failed at "

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from gates.cell import CellFigures
 from gates.compare import Comparison
@@ -22,6 +22,8 @@ class LevelFigures(BaseModel):
     slo_checks: list[SloCheck]
     passed: bool | None
     findings: list[str]
+    rounds: int | None = Field(None, description="rounds run a side before the verdict")
+    max_rounds: int | None = Field(None, description="the most it could have run")
 
 
 class LatencyFigures(Figures):
@@ -86,9 +88,11 @@ def render_level(level: LevelFigures) -> str:
     verdict = {True: "pass", False: "FAIL", None: "no verdict"}[level.passed]
     cells = [level.candidate] + ([level.baseline] if level.baseline else [])
     header = "| " + " | ".join(["", *(c.label for c in cells)]) + " |"
-    lines = [
-        f"### {level.concurrency} streams: {verdict}",
-        "",
+    lines = [f"### {level.concurrency} streams: {verdict}", ""]
+    if level.rounds is not None and level.max_rounds is not None:
+        early = " (verdict certain: stopped early)" if level.rounds < level.max_rounds else ""
+        lines += [f"{level.rounds} of at most {level.max_rounds} rounds a side{early}.", ""]
+    lines += [
         header,
         "|" + "---|" * (len(cells) + 1),
     ]

@@ -59,13 +59,23 @@ class LatencySettings(_Settings):
     )
     prompts: list[str] = Field(default=list(DEFAULT_LATENCY_PROMPTS), min_length=1)
     seed: int = 0
-    rounds: int = Field(3, ge=1, description="interleaved baseline/candidate rounds per level")
+    rounds: int = Field(3, ge=1, description="most interleaved baseline/candidate rounds a level")
+    min_rounds: int = Field(
+        3, ge=1, description="rounds before the first look; later looks every as many rounds"
+    )
+    sequential: bool = Field(
+        True, description="stop a level at a look once its verdict is certain (alpha split)"
+    )
     waves_per_round: int = Field(1, ge=1, description="requests per stream in one round")
     min_requests_per_round: int = Field(3, ge=1, description="rounded up to whole waves")
     warmup_requests_per_stream: int = Field(1, ge=0, description="excluded from the figures")
     read_timeout_s: float = Field(
         30.0, gt=0, description="a stream with no token event this long has failed"
     )
+    transport: Literal["native", "httpx"] = Field(
+        "native", description="streaming transport; https:// and proxies always use httpx"
+    )
+    proxy: str | None = Field(None, description="HTTP proxy for the streams (then httpx)")
     margins: Margins = Margins()
     slo: Slo = Slo()
     alpha: float = Field(0.01, description="one-sided Mann-Whitney significance level")
@@ -73,6 +83,21 @@ class LatencySettings(_Settings):
     bootstrap_resamples: int = 2000
     min_samples: int = Field(5, description="fewer successful requests a side: no verdict")
     max_failed_fraction: float = Field(0.0, description="share of failed requests tolerated")
+
+    def looks(self) -> list[int]:
+        """After which rounds a level's verdict is checked: every `min_rounds` rounds and
+        after the last; only after the last when not sequential."""
+        if not self.sequential:
+            return [self.rounds]
+        step = min(self.min_rounds, self.rounds)
+        return sorted({*range(step, self.rounds + 1, step), self.rounds})
+
+    def at_each_look(self) -> LatencySettings:
+        """These settings with alpha and the interval's tails split evenly over the looks
+        (Bonferroni), so that checking at every look keeps the false-alarm rate under alpha."""
+        n_looks = len(self.looks())
+        tails = (1 - self.confidence) / n_looks
+        return self.model_copy(update={"alpha": self.alpha / n_looks, "confidence": 1 - tails})
 
     def requests_per_round(self, concurrency: int) -> int:
         """Whole waves only: a partial last wave would run its requests under a lighter

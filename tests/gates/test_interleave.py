@@ -29,3 +29,22 @@ def test_rounds_alternate(items: list[str], rounds: int, expected: list[tuple[in
 def test_rounds_hold_whole_waves(concurrency: int, waves: int, minimum: int, expected: int) -> None:
     settings = LatencySettings(waves_per_round=waves, min_requests_per_round=minimum)
     assert settings.requests_per_round(concurrency) == expected
+
+
+@pytest.mark.parametrize(
+    ("rounds", "min_rounds", "sequential", "looks"),
+    [
+        (12, 3, True, [3, 6, 9, 12]),
+        (10, 3, True, [3, 6, 9, 10]),
+        (2, 3, True, [2]),
+        (9, 3, False, [9]),
+    ],
+)
+def test_looks_and_the_alpha_split_over_them(
+    rounds: int, min_rounds: int, sequential: bool, looks: list[int]
+) -> None:
+    settings = LatencySettings(rounds=rounds, min_rounds=min_rounds, sequential=sequential)
+    assert settings.looks() == looks
+    at_look = settings.at_each_look()
+    assert at_look.alpha == pytest.approx(settings.alpha / len(looks))
+    assert 1 - at_look.confidence == pytest.approx((1 - settings.confidence) / len(looks))

@@ -50,6 +50,20 @@ def test_twenty_percent_slower_candidate_fails(model_server: StartServer) -> Non
     assert four["throughput"].ratio == pytest.approx(1 / 1.2, rel=0.1)
 
 
+def test_a_clear_regression_stops_at_the_first_look(model_server: StartServer) -> None:
+    baseline = model_server(PROFILE, *HALF_TIME)
+    candidate = model_server(PROFILE, *HALF_TIME, "--slowdown", "1.2")
+    settings = SMALL.model_copy(
+        update={"levels": [1], "rounds": 12, "min_rounds": 3, "min_requests_per_round": 4}
+    )
+    result = run_latency(candidate.url, baseline.url, settings)
+    assert result.passed is False
+    (level,) = result.figures.levels
+    assert (level.rounds, level.max_rounds) == (3, 12)
+    assert level.candidate.n_requests == 12
+    assert "stopped early" in result.markdown()
+
+
 @pytest.mark.parametrize(
     "keep_alive", [(), ("--keep-alive-ms", "100")], ids=["silent", "candle-style keep-alives"]
 )

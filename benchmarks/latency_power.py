@@ -1,0 +1,172 @@
+"""Latency gate power: false alarms on identical servers and detection of a 10 % slower
+candidate, against the measurement budget, for the gate's own decision (fixed and sequential).
+
+1. Measures: three simulated model servers of one profile, a baseline, an identical twin and
+   one with every step 10 % slower (`--slowdown 1.1`), under the gate's closed-loop load
+   (native transport); `--collect-rounds` interleaved rounds of each at every level.
+2. Replays: a trial draws rounds (the same round index for both sides, with replacement) and
+   runs the gate's decision (`gates.latency.evaluate_level`, `is_certain`) on them exactly as
+   the live gate would at each look. Twin vs baseline: any FAIL is a false alarm; slow vs
+   baseline: a FAIL is a detection.
+Per level and maximum rounds it prints both rates (and their counts), the mean rounds the
+sequential gate used and the seconds a level takes (measured round time × rounds × 2
+sides), beside the fixed design that always runs every round.
+
+    uv run python benchmarks/latency_power.py [--levels 1,16] [--collect-rounds 16]
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import os
+import tempfile
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from gates import api, wakeclock
+from gates.latency import BASELINE, CANDIDATE, evaluate_level, is_certain
+from gates.load import RequestShape, Run, StreamPool
+from gates.settings import LatencySettings
+from tests.gates.servers import start_server
+
+SIDES = ("baseline", "twin", "slow")
+
+
+@dataclass(frozen=True)
+class Collected:
+    concurrency: int
+    rounds: dict[str, list[Run]]  # side -> one run per round
+    round_s: float  # mean seconds of one side's round
+
+
+async def collect(urls: dict[str, str], concurrency: int, args: argparse.Namespace) -> Collected:
+    settings = LatencySettings()
+    shapes = {}
+    for side, url in urls.items():
+        async with api.make_client(url, timeout_s=30) as client:
+            model = await api.resolve_model_id(client, None)
+        shapes[side] = RequestShape(model=model, max_tokens=settings.max_tokens)
+    n_round = settings.requests_per_round(concurrency)
+    pools = {
+        side: StreamPool(url, concurrency=concurrency, read_timeout_s=60)
+        for side, url in urls.items()
+    }
+    rounds: dict[str, list[Run]] = {side: [] for side in SIDES}
+    for pool in pools.values():
+        await pool.__aenter__()
+    try:
+        for side, pool in pools.items():
+            await pool.run(shapes[side], settings.prompts, n_requests=concurrency)  # warm-up
+        started = time.monotonic()
+        for r in range(args.collect_rounds):
+            order = SIDES if r % 2 == 0 else SIDES[::-1]
+            for side in order:
+                run = await pools[side].run(shapes[side], settings.prompts, n_requests=n_round)
+                rounds[side].append(run)
+        round_s = (time.monotonic() - started) / (args.collect_rounds * len(SIDES))
+    finally:
+        for pool in pools.values():
+            await pool.__aexit__(None, None, None)
+    return Collected(concurrency, rounds, round_s)
+
+
+def decide(
+    data: Collected, candidate: str, picks: np.ndarray, settings: LatencySettings
+) -> tuple[bool, int]:
+    """The gate's verdict on these rounds: (failed, rounds used)."""
+    at_look = settings.at_each_look()
+    looks = settings.looks()
+    for done in looks:
+        runs = {
+            CANDIDATE: [data.rounds[candidate][i] for i in picks[:done]],
+            BASELINE: [data.rounds["baseline"][i] for i in picks[:done]],
+        }
+        level = evaluate_level(runs, data.concurrency, at_look, rounds=done)
+        if done == settings.rounds or is_certain(level, at_look):
+            return level.passed is False, done
+    raise AssertionError("the last round is always a look")
+
+
+_COLLECTED: list[Collected] = []  # set before the worker processes fork: nothing to pickle
+
+
+def trial(job: tuple[int, str, int, bool, int]) -> tuple[bool, int]:
+    index, candidate, max_rounds, sequential, seed = job
+    data = _COLLECTED[index]
+    rng = np.random.default_rng(seed)
+    picks = rng.integers(0, len(data.rounds["baseline"]), size=max_rounds)
+    settings = LatencySettings(rounds=max_rounds, sequential=sequential, bootstrap_resamples=1000)
+    return decide(data, candidate, picks, settings)
+
+
+def analyse(index: int, args: argparse.Namespace, pool: ProcessPoolExecutor) -> None:
+    data = _COLLECTED[index]
+    print(
+        f"\n{data.concurrency} streams: {LatencySettings().requests_per_round(data.concurrency)}"
+        f" requests a round, {data.round_s:.2f} s a side's round"
+    )
+    print(
+        f"{'rounds':>6} {'design':>10} {'false alarms':>14} {'detection':>12} "
+        f"{'rounds used twin/slow':>22} {'s per level':>12}"
+    )
+    for max_rounds in args.budgets:
+        for sequential in (False, True):
+            rates = {}
+            for candidate in ("twin", "slow"):
+                jobs = [
+                    (index, candidate, max_rounds, sequential, seed) for seed in range(args.trials)
+                ]
+                rates[candidate] = list(pool.map(trial, jobs, chunksize=4))
+            fa = sum(failed for failed, _ in rates["twin"])
+            det = sum(failed for failed, _ in rates["slow"])
+            used = [np.mean([n for _, n in rates[c]]) for c in ("twin", "slow")]
+            seconds = max(used) * data.round_s * 2
+            design = "sequential" if sequential else "fixed"
+            print(
+                f"{max_rounds:>6} {design:>10} {fa / args.trials:>8.1%} ({fa:>3}) "
+                f"{det / args.trials:>6.1%} ({det:>3}) {used[0]:>10.1f} / {used[1]:<9.1f}"
+                f"{seconds:>12.1f}"
+            )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--profile", default="gptq-30b-a3b-tp1")
+    parser.add_argument("--levels", default="1,16")
+    parser.add_argument("--collect-rounds", type=int, default=16)
+    parser.add_argument("--budgets", default="3,6,9,12", help="maximum rounds to evaluate")
+    parser.add_argument("--trials", type=int, default=200)
+    parser.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2) - 2))
+    args = parser.parse_args()
+    args.budgets = [int(b) for b in args.budgets.split(",")]
+    extra = {"baseline": [], "twin": ["--model-id", "twin"], "slow": ["--slowdown", "1.1"]}
+    with tempfile.TemporaryDirectory() as workdir:
+        servers = {
+            side: start_server(args.profile, workdir=Path(workdir), args=extra[side])
+            for side in SIDES
+        }
+        try:
+            urls = {side: server.url for side, server in servers.items()}
+            levels = [int(level) for level in args.levels.split(",")]
+            _COLLECTED.extend(wakeclock.run(collect(urls, c, args)) for c in levels)
+        finally:
+            for server in servers.values():
+                server.stop()
+    load = ", ".join(f"{v:.2f}" for v in os.getloadavg())
+    print(
+        f"{args.profile}: {os.cpu_count()} cores, load average {load} after measuring; "
+        f"{args.trials} trials a cell, rounds drawn from {args.collect_rounds} measured"
+    )
+    context = multiprocessing.get_context("fork")
+    with ProcessPoolExecutor(args.workers, mp_context=context) as pool:
+        for index in range(len(_COLLECTED)):
+            analyse(index, args, pool)
+
+
+if __name__ == "__main__":
+    main()
