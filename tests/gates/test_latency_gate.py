@@ -22,6 +22,7 @@ SMALL = LatencySettings(
     min_requests_per_round=2,
     bootstrap_resamples=500,
     read_timeout_s=10,
+    sequential=False,  # one look at the end: all of these few samples go to one test
 )
 
 
@@ -54,7 +55,13 @@ def test_a_clear_regression_stops_at_the_first_look(model_server: StartServer) -
     baseline = model_server(PROFILE, *HALF_TIME)
     candidate = model_server(PROFILE, *HALF_TIME, "--slowdown", "1.2")
     settings = SMALL.model_copy(
-        update={"levels": [1], "rounds": 12, "min_rounds": 3, "min_requests_per_round": 4}
+        update={
+            "levels": [1],
+            "rounds": 12,
+            "min_rounds": 3,
+            "min_requests_per_round": 4,
+            "sequential": True,
+        }
     )
     result = run_latency(candidate.url, baseline.url, settings)
     assert result.passed is False
