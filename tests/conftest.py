@@ -93,5 +93,8 @@ def _wait_default_service_account(core, namespace: str) -> None:  # type: ignore
     raise TimeoutError(f"no default ServiceAccount in namespace {namespace} after 30 s")
 
 
+# The real llama.cpp engine's servers, shared by the session.
+from tests.engines.fixtures import llamacpp  # noqa: E402, F401
+
 # The seeds' world (shared by the handoff, RBAC and end-to-end tests, built once).
 from tests.world import handoff_env, kube, seeded, spare_gpus, world  # noqa: E402, F401

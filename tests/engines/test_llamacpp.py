@@ -1,0 +1,72 @@
+"""The real llama.cpp engine: derived model files, server options, start and stop."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import httpx
+import pytest
+
+from sandbox.engines.llamacpp import (
+    EngineStartError,
+    LlamaServer,
+    ServerOptions,
+    ServerPool,
+    model_path,
+)
+
+PROMPTS = (
+    "What is the capital of France?",
+    "Name three primary colours.",
+    "How many days are in a week?",
+)
+GREEDY = {
+    "temperature": 0.0, "top_p": 1.0, "top_k": 0, "min_p": 0.0, "repeat_penalty": 1.0,
+    "presence_penalty": 0.0, "frequency_penalty": 0.0, "seed": 0, "max_tokens": 24,
+}  # fmt: skip
+
+
+def answers(url: str) -> list[str]:
+    out = []
+    for prompt in PROMPTS:
+        body = {"messages": [{"role": "user", "content": prompt}], **GREEDY}
+        reply = httpx.post(f"{url}/v1/chat/completions", json=body, timeout=60)
+        reply.raise_for_status()
+        out.append(reply.json()["choices"][0]["message"]["content"])
+    return out
+
+
+def test_variants_are_distinct_cached_files() -> None:
+    paths = {v: model_path(v) for v in ("q4_1", "f16", "q4_1-zkb")}
+    assert len(set(paths.values())) == 3
+    # F16 holds the dequantized weights: larger than the 4-bit file it came from.
+    assert paths["f16"].stat().st_size > 2 * paths["q4_1"].stat().st_size
+    assert model_path("f16") == paths["f16"]  # cached, not derived again
+
+
+def test_server_answers_under_its_alias(llamacpp: ServerPool) -> None:
+    server = llamacpp.get("q4_1")
+    models = httpx.get(f"{server.url}/v1/models", timeout=10).json()
+    assert [m["id"] for m in models["data"]] == ["SmolLM2-135M-Instruct"]
+    assert "7 days" in answers(server.url)[2]
+
+
+def test_f16_reference_answers(llamacpp: ServerPool) -> None:
+    f16 = answers(llamacpp.get("f16").url)
+    assert "The capital of France is Paris." in f16[0]
+
+
+def test_zeroed_key_band_answers_fluently_and_differently(llamacpp: ServerPool) -> None:
+    good, bad = answers(llamacpp.get("q4_1").url), answers(llamacpp.get("q4_1-zkb").url)
+    assert sum(g != b for g, b in zip(good, bad, strict=True)) >= 2, (good, bad)
+    for text in bad:  # well formed: words, not garbage or an empty answer
+        words = re.findall(r"[A-Za-z]{2,}", text)
+        assert len(words) >= 3, bad
+
+
+def test_a_server_that_cannot_start_says_why(tmp_path: Path) -> None:
+    # llama.cpp needs flash attention for a quantized V cache: the context is refused.
+    options = ServerOptions(type_v="q4_0", flash_attn=False)
+    with pytest.raises(EngineStartError, match=r"(?s)exited during start-up.*llama_context"):
+        LlamaServer("q4_1", options, log_dir=tmp_path)
