@@ -1,4 +1,5 @@
-"""Smoke gate: the server lists the expected model and answers one completion in time."""
+"""Smoke gate: the server lists the expected model and answers one request in time: a raw
+completion, or a chat turn where the server has no `/v1/completions` (candle-vllm)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import time
 
 from pydantic import Field
 
-from gates import api
+from gates import api, sampling
 from gates.errors import ServerError
 from gates.result import Figures, GateResult
 
@@ -21,6 +22,7 @@ class SmokeFigures(Figures):
     listed_models: list[str] = Field(default_factory=list)
     completion_ms: float | None = None
     output_text: str | None = None
+    endpoint: str | None = None
 
 
 SmokeResult = GateResult[SmokeFigures]
@@ -60,20 +62,25 @@ async def _probe(url: str, figures: SmokeFigures, timeout_s: float) -> str | Non
                 f"{url.rstrip('/')}/v1/models lists {figures.listed_models}, expected "
                 f"{figures.model_id!r}: the server runs another model"
             )
-        body = {
-            "model": figures.model_id,
-            "prompt": SMOKE_PROMPT,
-            "max_tokens": SMOKE_MAX_TOKENS,
-            "temperature": 0.0,
-        }
+        body = {"model": figures.model_id, "max_tokens": SMOKE_MAX_TOKENS}
+        body |= sampling.neutral(extended=False)
         start = time.perf_counter()
-        payload = await api.post_json(client, "/v1/completions", body)
+        figures.endpoint = "/v1/completions"
+        payload = await api.post_json_if_present(
+            client, figures.endpoint, body | {"prompt": SMOKE_PROMPT}
+        )
+        if payload is None:  # no completions endpoint: a chat turn, as clients send
+            figures.endpoint = "/v1/chat/completions"
+            chat = {"messages": [{"role": "user", "content": SMOKE_PROMPT}]}
+            payload = await api.post_json(client, figures.endpoint, body | chat)
         figures.completion_ms = (time.perf_counter() - start) * 1e3
-    choices = payload.get("choices") or [{}]
-    figures.output_text = str(choices[0].get("text") or "")
+    choice = (payload.get("choices") or [{}])[0]
+    figures.output_text = str(
+        choice.get("text") or (choice.get("message") or {}).get("content") or ""
+    )
     if not figures.output_text:
         return (
-            f"{url.rstrip('/')}/v1/completions returned no text for {SMOKE_PROMPT!r}: "
+            f"{url.rstrip('/')}{figures.endpoint} returned no text for {SMOKE_PROMPT!r}: "
             f"{str(payload)[:200]}"
         )
     return None

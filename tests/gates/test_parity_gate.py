@@ -51,3 +51,27 @@ def test_changed_probe_beyond_tolerance_fails(
     assert result.passed is False
     assert any(e.startswith("probe beta:") for e in result.evidence), result.evidence
     assert [c.name for c in result.figures.probes if not c.passed] == ["beta"]
+
+
+def test_a_required_comparison_the_candidate_cannot_give_is_no_verdict(
+    clef_golden: Golden,
+) -> None:
+    from gates.parity import _result, compare_outputs
+    from gates.settings import ParityTolerances
+
+    missing = "the server returns no prompt logprobs (echo with logprobs)"
+    outputs = clef_golden.outputs.model_copy(
+        update={"reference": None, "not_collected": {"teacher_forced": missing}}
+    )
+
+    def verdict(tolerances: ParityTolerances) -> bool | None:
+        figures = compare_outputs(
+            clef_golden, outputs, tolerances, candidate_model="m", candidate_url="u"
+        )
+        result = _result(figures, tolerances, clef_golden)
+        assert f"not compared: teacher_forced: candidate: {missing}" in result.evidence
+        return result.passed
+
+    assert verdict(ParityTolerances()) is None  # the golden holds it: required by default
+    assert verdict(ParityTolerances(require=["completions", "chat"])) is True
+    assert verdict(ParityTolerances(require=["teacher_forced"])) is None
