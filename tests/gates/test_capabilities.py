@@ -21,7 +21,12 @@ def echo(shifted: bool) -> dict:
     tops = [predicting(i + 1) if shifted else predicting(i) for i in range(len(TOKENS))]
     values = [top.get(TOKENS[i], -9.0) if not shifted else -9.0 for i, top in enumerate(tops)]
     tops[0], values[0] = None, None  # both conventions null the first position
-    return {"tokens": TOKENS, "token_logprobs": values, "top_logprobs": tops, "text_offset": OFFSETS}
+    return {
+        "tokens": TOKENS,
+        "token_logprobs": values,
+        "top_logprobs": tops,
+        "text_offset": OFFSETS,
+    }
 
 
 def test_echo_alignment_is_read_from_the_likelier_reading() -> None:
