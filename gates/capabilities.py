@@ -21,7 +21,7 @@ from gates.errors import ServerError
 TOKEN_ID_PREFIX = "token_id:"
 # A text whose every next token a language model predicts with confidence: the echoed prompt
 # logprobs are likelier under their true alignment than shifted by one.
-COUNTING = "1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18"
+COUNTING = "1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12"
 PROBE_TOP_K = 5
 MISSING_LOGPROB = -30.0  # a token absent from a listed top-k: very unlikely
 TOKENIZE_PATHS = ("/tokenize", "/extras/tokenize")
@@ -81,9 +81,16 @@ class Capabilities(BaseModel):
 
 
 async def discover(
-    client: httpx.AsyncClient, model_id: str, *, extensions: tuple[Extension, ...] = ()
+    client: httpx.AsyncClient,
+    model_id: str,
+    *,
+    extensions: tuple[Extension, ...] = (),
+    logprobs: bool = True,
 ) -> Capabilities:
-    """Probe the server behind `client` for `model_id` (a few short requests, in order)."""
+    """Probe the server behind `client` for `model_id` (a few short requests, in order).
+
+    `logprobs` False probes only the endpoints and sampling fields (what load needs): logprobs
+    are costly on some servers (llama-cpp-python sorts the whole vocabulary per position)."""
     status, models, headers = await api.probe(client, "GET", "/v1/models")
     if status != 200 or models is None:
         raise ServerError(
@@ -96,11 +103,11 @@ async def discover(
         completions=False,
         chat=False,
     )
-    caps.extended_sampling = await _completions(client, model_id, caps)
+    caps.extended_sampling = await _completions(client, model_id, caps, logprobs=logprobs)
     if not caps.completions:
-        caps.extended_sampling = await _chat(client, model_id, caps)
+        caps.extended_sampling = await _chat(client, model_id, caps, logprobs=logprobs)
     else:
-        await _chat(client, model_id, caps)
+        await _chat(client, model_id, caps, logprobs=logprobs)
     caps.tokenize_path = await _first_present(client, TOKENIZE_PATHS, model_id)
     caps.health_path = "/health" if (await api.probe(client, "GET", "/health"))[0] == 200 else None
     version = await api.probe(client, "GET", "/version")
@@ -139,18 +146,18 @@ async def _post_greedy(
     return status, payload, status == 200
 
 
-async def _completions(client: httpx.AsyncClient, model_id: str, caps: Capabilities) -> bool:
-    body = {
-        "model": model_id,
-        "prompt": COUNTING,
-        "max_tokens": 1,
-        "logprobs": PROBE_TOP_K,
-        "return_tokens_as_token_ids": True,
-    }
+async def _completions(
+    client: httpx.AsyncClient, model_id: str, caps: Capabilities, *, logprobs: bool
+) -> bool:
+    body: dict[str, Any] = {"model": model_id, "prompt": COUNTING, "max_tokens": 1}
+    if logprobs:
+        body |= {"logprobs": PROBE_TOP_K, "return_tokens_as_token_ids": True}
     status, plain, extended = await _post_greedy(client, "/v1/completions", body)
     if status in (404, 405):
         return False
     caps.completions = status == 200
+    if not logprobs:
+        return extended
     logprobs = _choice(plain).get("logprobs") or {}
     tokens = logprobs.get("tokens") or []
     caps.completions_logprobs = bool(tokens) and bool(logprobs.get("top_logprobs"))
@@ -170,15 +177,16 @@ async def _completions(client: httpx.AsyncClient, model_id: str, caps: Capabilit
     return extended
 
 
-async def _chat(client: httpx.AsyncClient, model_id: str, caps: Capabilities) -> bool:
-    body = {
+async def _chat(
+    client: httpx.AsyncClient, model_id: str, caps: Capabilities, *, logprobs: bool
+) -> bool:
+    body: dict[str, Any] = {
         "model": model_id,
         "messages": [{"role": "user", "content": "Count: 1, 2, 3"}],
         "max_tokens": 2,
-        "logprobs": True,
-        "top_logprobs": PROBE_TOP_K,
-        "return_tokens_as_token_ids": True,
     }
+    if logprobs:
+        body |= {"logprobs": True, "top_logprobs": PROBE_TOP_K, "return_tokens_as_token_ids": True}
     status, answer, extended = await _post_greedy(client, "/v1/chat/completions", body)
     caps.chat = status == 200
     content = (_choice(answer).get("logprobs") or {}).get("content") or []

@@ -91,7 +91,7 @@ async def _side(label: str, url: str, model: str | None, settings: LatencySettin
     completions where offered and chat otherwise (candle-vllm has no completions)."""
     async with api.make_client(url, timeout_s=settings.read_timeout_s) as client:
         model_id = await api.resolve_model_id(client, model)
-        caps = await discover(client, model_id)
+        caps = await discover(client, model_id, logprobs=False)
     chosen = settings.api
     if chosen == "auto":
         chosen = "completions" if caps.completions else "chat"

@@ -10,9 +10,10 @@ band stays well formed: only these comparisons catch it.
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 
 from gates import api
-from gates.capabilities import discover
+from gates.capabilities import Capabilities, discover
 from gates.collect import collect_outputs
 from gates.errors import ServerError
 from gates.golden_format import Golden, ModelOutputs
@@ -49,14 +50,9 @@ async def run_parity_async(
     model_id: str | None = None,
 ) -> ParityResult:
     """As `run_parity`, inside a running event loop."""
-    tolerances = tolerances or ParityTolerances()
     model_id = model_id or golden.model_id
     try:
-        async with api.make_client(url, timeout_s=REQUEST_TIMEOUT_S) as client:
-            caps = await discover(client, model_id, extensions=tuple(golden.settings.extensions))
-            outputs = await collect_outputs(
-                client, model_id=model_id, settings=golden.settings, caps=caps
-            )
+        candidate = await collect_candidate(url, golden, model_id=model_id)
     except ServerError as exc:
         return ParityResult(
             name="parity",
@@ -67,11 +63,40 @@ async def run_parity_async(
             ),
             evidence=[str(exc)],
         )
+    return judge(golden, candidate, tolerances or ParityTolerances())
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """What one candidate server gave, before any tolerance is applied."""
+
+    url: str
+    model_id: str
+    server: Capabilities
+    outputs: ModelOutputs
+
+
+async def collect_candidate(url: str, golden: Golden, *, model_id: str) -> Candidate:
+    """Probe the server at `url` and replay the golden's requests (ServerError if it fails)."""
+    async with api.make_client(url, timeout_s=REQUEST_TIMEOUT_S) as client:
+        caps = await discover(client, model_id, extensions=tuple(golden.settings.extensions))
+        outputs = await collect_outputs(
+            client, model_id=model_id, settings=golden.settings, caps=caps
+        )
+    return Candidate(url, model_id, caps, outputs)
+
+
+def judge(golden: Golden, candidate: Candidate, tolerances: ParityTolerances) -> ParityResult:
+    """The verdict on collected outputs under `tolerances` (pure: judge again, no requests)."""
     figures = compare_outputs(
-        golden, outputs, tolerances, candidate_model=model_id, candidate_url=url
+        golden,
+        candidate.outputs,
+        tolerances,
+        candidate_model=candidate.model_id,
+        candidate_url=candidate.url,
     )
     figures.golden_server = golden.server
-    figures.candidate_server = caps
+    figures.candidate_server = candidate.server
     return _result(figures, tolerances, golden)
 
 

@@ -149,7 +149,7 @@ class PromptParity(BaseModel):
 
 
 def compare_completion(
-    golden: Completion, candidate: Completion, *, top_k: int, max_gap: float
+    golden: Completion, candidate: Completion, *, top_k: int, max_gap: float | None
 ) -> PromptParity:
     """Greedy identity; at the first mismatch, the near-tie rule (see `divergence_at`).
     Without logprobs on a side, the texts are compared character by character."""
@@ -204,12 +204,12 @@ def divergence_at(
     basis: Basis,
     *,
     top_k: int,
-    max_gap: float,
+    max_gap: float | None,
 ) -> Divergence:
     """A near-tie needs each token in the other's top-k (vLLM's rule) and both models nearly
     indifferent (each preferred its own token by at most `max_gap` nats): numeric noise flips
     only near-equal choices, while on a flat distribution top-k membership alone admits any
-    swap."""
+    swap. `max_gap` None is vLLM's rule alone (what it uses to accept quantized models)."""
     if g is None or c is None:  # one output ended early: no tie to judge
         return Divergence(position=position, golden_token=_label(g), candidate_token=_label(c))
     g_key, c_key = key(g, basis), key(c, basis)
@@ -226,7 +226,7 @@ def divergence_at(
         golden_gap=golden_gap,
         candidate_gap=candidate_gap,
         in_each_others_top_k=in_top,
-        near_tie=in_top and len(gaps) == 2 and max(gaps) <= max_gap,
+        near_tie=in_top and (max_gap is None or (len(gaps) == 2 and max(gaps) <= max_gap)),
     )
 
 
