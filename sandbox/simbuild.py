@@ -7,6 +7,11 @@ from the tree at the commit it builds into the image config's labels, and the si
 kubelet reads those labels to decide which faults the server it starts shows. So a fault
 follows the source revision exactly as the real bug did: any tree holding the fix (merged
 or cherry-picked) builds a fault-free image, any tree without it a faulty one.
+
+A build may instead declare a real engine and its model
+(``{"server": "llama.cpp", "engine": "llamacpp", "model": "f16"}``): the kubelet then runs
+that engine's real server (``sandbox.engines``) on the model variant, and the fault
+``zero_key_band`` selects the variant whose key weights have the band zeroed.
 """
 
 from __future__ import annotations
@@ -20,6 +25,8 @@ from pydantic import BaseModel, ConfigDict
 BUILD_FILE = "sim/server.json"
 LABEL_SERVER = "dev.handoff.sim.server"
 LABEL_FAULTS = "dev.handoff.sim.faults"
+LABEL_ENGINE = "dev.handoff.engine"
+LABEL_MODEL = "dev.handoff.engine.model"
 ZERO_KEY_BAND = "zero_key_band"  # causal_conv1d_fwd zeroes the key channel band
 
 
@@ -30,10 +37,15 @@ class SimBuild(BaseModel):
 
     server: str
     faults: tuple[str, ...] = ()
+    engine: str | None = None  # a real engine the image runs (None: the simulated server)
+    model: str | None = None  # the engine's model variant
 
     def labels(self) -> dict[str, str]:
         """Config labels: faults comma-separated, empty when the build has none."""
-        return {LABEL_SERVER: self.server, LABEL_FAULTS: ",".join(self.faults)}
+        labels = {LABEL_SERVER: self.server, LABEL_FAULTS: ",".join(self.faults)}
+        if self.engine:
+            labels |= {LABEL_ENGINE: self.engine, LABEL_MODEL: self.model or ""}
+        return labels
 
     @classmethod
     def from_labels(cls, labels: Mapping[str, str]) -> SimBuild | None:
@@ -42,7 +54,8 @@ class SimBuild(BaseModel):
         if not server:
             return None
         faults = tuple(f for f in labels.get(LABEL_FAULTS, "").split(",") if f)
-        return cls(server=server, faults=faults)
+        engine = labels.get(LABEL_ENGINE) or None
+        return cls(server=server, faults=faults, engine=engine, model=labels.get(LABEL_MODEL))
 
 
 def read_build(repo: git.Repo, commit: str) -> SimBuild:
@@ -59,4 +72,7 @@ def read_build(repo: git.Repo, commit: str) -> SimBuild:
 
 def build_file_text(build: SimBuild) -> str:
     """The build file's content, as the source repository stores it."""
-    return json.dumps({"server": build.server, "faults": list(build.faults)}) + "\n"
+    raw: dict[str, object] = {"server": build.server, "faults": list(build.faults)}
+    if build.engine:
+        raw |= {"engine": build.engine, "model": build.model}
+    return json.dumps(raw) + "\n"

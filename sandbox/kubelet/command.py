@@ -5,6 +5,10 @@ weights named in the container). Faults come from the image (``dev.handoff.sim.f
 and from the node: a container that requests ``nvidia.com/gpu`` in a pod without
 ``runtimeClassName: nvidia`` runs under runc, never gets libcuda injected, and crashes at
 start-up (``crash_on_start``) — the seed's incident.
+
+An image that declares a real engine (``dev.handoff.engine``) runs that engine's server
+instead: the image's model variant (its ``zero_key_band`` fault picks the variant with the
+zeroed key band), the container's args as server flags, and the run's port on 127.0.0.1.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import sys
 from kubernetes.client import V1Container, V1PodSpec
 
 from sandbox.cluster import ClusterConfig
+from sandbox.engines import llamacpp
 from sandbox.kubelet.images import PulledImage
 from sandbox.kubelet.nodes import GPU_RESOURCE, GPU_RUNTIME_CLASS
 
@@ -57,6 +62,8 @@ def server_argv(
     port: int,
 ) -> list[str]:
     """The model-server command line for one container run on 127.0.0.1:``port``."""
+    if image.build is not None and image.build.engine:
+        return engine_argv(container=container, image=image, port=port)
     server = image.build.server if image.build else None
     words = container_words(container)
     rule = cluster.model_for(server, " ".join(words))
@@ -80,3 +87,40 @@ def server_argv(
     for fault in dict.fromkeys(faults):
         argv += ["--fault", fault]
     return argv
+
+
+# Flags the node decides, not the pod: the image holds the model, the kubelet the address.
+_NODE_FLAGS = ("--model", "--host", "--port")
+
+
+def engine_argv(*, container: V1Container, image: PulledImage, port: int) -> list[str]:
+    """The real engine's server for an image that declares one, with the container's args."""
+    assert image.build is not None
+    engine, model = image.build.engine, image.build.model or ""
+    if engine != "llamacpp":
+        raise ContainerConfigError(
+            f'image "{image.image}" declares engine {engine!r}; the sandbox runs only llamacpp'
+        )
+    variant = f"{model}-zkb" if "zero_key_band" in image.build.faults else model
+    if variant not in llamacpp.VARIANTS:
+        raise ContainerConfigError(
+            f'image "{image.image}" declares model {model!r} for llamacpp; expected one of '
+            f"{[v for v in llamacpp.VARIANTS if not v.endswith('-zkb')]}"
+        )
+    try:
+        path = llamacpp.model_path(variant)  # type: ignore[arg-type]
+    except (llamacpp.EngineMissing, RuntimeError) as exc:
+        raise ContainerConfigError(str(exc)) from exc
+    return llamacpp.server_argv(path, port, _without_node_flags(container.args or []))
+
+
+def _without_node_flags(args: list[str]) -> list[str]:
+    out, skip = [], False
+    for arg in args:
+        if skip:
+            skip = False
+        elif arg in _NODE_FLAGS:
+            skip = True
+        elif not arg.startswith(tuple(f"{flag}=" for flag in _NODE_FLAGS)):
+            out.append(arg)
+    return out
