@@ -83,13 +83,42 @@ def serve(
         str | None,
         typer.Option("--prefect-api-url", help="Prefect API (default: $PREFECT_API_URL)."),
     ] = None,
+    prefect_timeout: Annotated[
+        float, typer.Option("--prefect-timeout", help="Seconds for Prefect to take the events.")
+    ] = 10.0,
+    max_deliveries: Annotated[
+        int, typer.Option("--max-deliveries", help="Deliveries processed at once; more: 503.")
+    ] = 4,
+    header_timeout: Annotated[
+        float, typer.Option("--header-timeout", help="Seconds to send a request's headers.")
+    ] = 10.0,
+    body_timeout: Annotated[
+        float, typer.Option("--body-timeout", help="Seconds to send a body; later: 408.")
+    ] = 30.0,
+    keep_alive: Annotated[
+        float, typer.Option("--keep-alive", help="Seconds an idle connection stays open.")
+    ] = 5.0,
+    max_connections: Annotated[
+        int, typer.Option("--max-connections", help="Open connections; more: 503.")
+    ] = 64,
+    max_buffered_bytes: Annotated[
+        int,
+        typer.Option("--max-buffered-bytes", help="Bytes of all bodies held at once; more: 503."),
+    ] = 20 * 1024 * 1024,
+    keep_days: Annotated[
+        float, typer.Option("--keep-days", help="Days a relayed delivery id is remembered.")
+    ] = 30.0,
+    max_records: Annotated[
+        int, typer.Option("--max-records", help="Delivery ids (and merges) remembered.")
+    ] = 10_000,
 ) -> None:
     """Serve the relay until interrupted."""
     import logging
 
-    import uvicorn
+    from pydantic import ValidationError
 
-    from flows.webhook.app import RelaySettings, create_app
+    from flows.webhook.app import RelaySettings
+    from flows.webhook.server import serve as serve_relay
     from flows.webhook.specs import find_repo_root, index_specs
 
     secret = os.environ.get(secret_env, "")
@@ -110,20 +139,35 @@ def serve(
             "pass --repo-root, the checkout that holds it[/red]"
         )
         raise typer.Exit(2)
-    settings = RelaySettings(
-        secret=secret.encode(),
-        specs_dir=specs_dir.resolve(),
-        repo_root=root,
-        prefect_api_url=api.rstrip("/"),
-        state_dir=(state_dir or _default_state_dir()).resolve(),
-        branch=branch,
-        max_body_bytes=max_body_bytes,
-        clone_url=clone_url,
-        clone_hosts=frozenset(h.lower() for h in clone_host or ()),
-        git_timeout_s=git_timeout,
-        max_mirrors=max_mirrors,
-        max_mirror_bytes=max_mirror_bytes,
-    )
+    try:
+        settings = RelaySettings(
+            secret=secret.encode(),
+            specs_dir=specs_dir.resolve(),
+            repo_root=root,
+            prefect_api_url=api.rstrip("/"),
+            state_dir=(state_dir or _default_state_dir()).resolve(),
+            branch=branch,
+            max_body_bytes=max_body_bytes,
+            clone_url=clone_url,
+            clone_hosts=frozenset(h.lower() for h in clone_host or ()),
+            git_timeout_s=git_timeout,
+            max_mirrors=max_mirrors,
+            max_mirror_bytes=max_mirror_bytes,
+            prefect_timeout_s=prefect_timeout,
+            max_deliveries=max_deliveries,
+            header_timeout_s=header_timeout,
+            body_timeout_s=body_timeout,
+            keep_alive_s=keep_alive,
+            max_connections=max_connections,
+            max_buffered_bytes=max_buffered_bytes,
+            keep_days=keep_days,
+            max_records=max_records,
+        )
+    except ValidationError as exc:
+        for error in exc.errors():
+            where = ".".join(map(str, error["loc"])) or "settings"
+            console.print(f"[red]{where}: {error['msg']}[/red]")
+        raise typer.Exit(2) from None
     index = index_specs(settings.specs_dir, root)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)
@@ -134,4 +178,4 @@ def serve(
     )
     for error in index.errors:
         console.print(f"[yellow]spec skipped: {error}[/yellow]")
-    uvicorn.run(create_app(settings), host=host, port=port, log_level="warning")
+    serve_relay(settings, host=host, port=port, log_level="warning")

@@ -1,11 +1,14 @@
 """The relay's ASGI app: POST /hooks/git takes a forge delivery, GET /healthz answers ok.
 
-Order of checks, each answering at once: body size (413), signature (401), JSON (400),
-event and delivery headers (400), payload shape (400), not a merge into the watched
-branch (200, ignored), delivery seen before (200, dropped), changed files → affected
-handoffs, each (spec, merge) relayed once, then one Prefect event per handoff (200).
-If Prefect cannot take the events the delivery is released and the answer is 503,
-so the forge's retry is not mistaken for a replay.
+Order of checks, each answering at once: body size, time and the bytes all bodies hold
+(413, 408, 503: intake.py), signature (401), JSON (400), event and delivery headers
+(400), payload shape and field limits (400), not a merge into the watched branch (200,
+ignored), deliveries being processed at the cap (503), delivery relayed before (200,
+replayed) or in flight (503), changed files → affected handoffs, each (spec, merge)
+relayed once, then one Prefect event per handoff (200). A delivery counts as relayed
+only once that is done: a failure (Prefect down or slow: 503; git past its deadline:
+503; a merge that cannot be fetched: 502) releases it, so the forge's retry is
+processed and not mistaken for a replay.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import time
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
@@ -27,6 +30,7 @@ from starlette.routing import Route
 from flows.webhook.deliveries import DeliveryLog, MergeInFlight
 from flows.webhook.events import MergeEvent, PrefectApiError, build_event, emit_events
 from flows.webhook.gitcmd import clip
+from flows.webhook.intake import ByteBudget, Refused, body_of
 from flows.webhook.mirror import MirrorError, MirrorTimeout, Upstream, fetch_merge
 from flows.webhook.mirrors import MirrorPool
 from flows.webhook.payload import (
@@ -42,6 +46,7 @@ from flows.webhook.specs import HandoffTarget, SpecIndex, index_specs
 
 log = logging.getLogger("handoff.webhook")
 MAX_BODY_BYTES = 5 * 1024 * 1024
+LOG_CHARS = 300  # a logged detail is clipped: payload values in it may be long
 
 
 class RelaySettings(BaseModel):
@@ -60,29 +65,47 @@ class RelaySettings(BaseModel):
     git_timeout_s: float = 60.0  # all the git work of one delivery
     max_mirrors: int = 4
     max_mirror_bytes: int = 1024 * 1024 * 1024
+    prefect_timeout_s: float = 10.0  # each phase of the call that emits the events
+    max_deliveries: int = Field(default=4, ge=1, le=32)  # processed at once; more: 503
+    # before the signature check (intake.py, server.py)
+    header_timeout_s: float = 10.0
+    body_timeout_s: float = 30.0
+    keep_alive_s: float = 5.0
+    max_connections: int = 64
+    max_buffered_bytes: int = 4 * MAX_BODY_BYTES  # 20 MiB
+    # the replay guard's records (deliveries.py)
+    keep_days: float = 30.0
+    max_records: int = 10_000
+
+    @model_validator(mode="after")
+    def _budget_holds_a_body(self) -> RelaySettings:
+        if self.max_buffered_bytes < self.max_body_bytes:
+            raise ValueError(
+                f"--max-buffered-bytes {self.max_buffered_bytes} is below --max-body-bytes "
+                f"{self.max_body_bytes}: no body could ever be taken; raise the first"
+            )
+        return self
 
 
-def _reply(status: int, outcome: str, detail: str, **extra: Any) -> JSONResponse:
-    log.info("%s %s: %s", status, outcome, detail)
-    return JSONResponse({"outcome": outcome, "detail": detail, **extra}, status_code=status)
-
-
-async def _read_limited(request: Request, limit: int) -> bytes | None:
-    """The body, or None as soon as it is known to exceed limit bytes."""
-    declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > limit:
-        return None
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            return None
-        chunks.append(chunk)
-    return b"".join(chunks)
+def _reply(
+    status: int, outcome: str, detail: str, *, close: bool = False, **extra: Any
+) -> JSONResponse:
+    """The answer, logged (clipped); close: end the connection (its body was not read)."""
+    log.info("%s %s: %s", status, outcome, clip(detail, LOG_CHARS))
+    headers = {"connection": "close"} if close else None
+    if status == 503:
+        headers = {**(headers or {}), "retry-after": "5"}
+    body = {"outcome": outcome, "detail": detail, **extra}
+    return JSONResponse(body, status_code=status, headers=headers)
 
 
 def create_app(settings: RelaySettings) -> Starlette:
-    deliveries = DeliveryLog(settings.state_dir / "deliveries.sqlite")
+    deliveries = DeliveryLog(
+        settings.state_dir / "deliveries.sqlite",
+        keep_days=settings.keep_days,
+        max_records=settings.max_records,
+        lease_s=settings.git_timeout_s + 3 * settings.prefect_timeout_s + 300,
+    )
     upstream = Upstream(
         pool=MirrorPool(
             settings.state_dir / "mirrors",
@@ -92,18 +115,43 @@ def create_app(settings: RelaySettings) -> Starlette:
         clone_url=settings.clone_url,
         clone_hosts=settings.clone_hosts,
     )
+    budget = ByteBudget(settings.max_buffered_bytes)
+    in_flight = [0]  # deliveries being processed (the event loop alone counts them)
 
     async def hook(request: Request) -> JSONResponse:
-        body = await _read_limited(request, settings.max_body_bytes)
-        if body is None:
-            return _reply(413, "too-large", f"body exceeds {settings.max_body_bytes} bytes")
+        try:
+            async with body_of(
+                request,
+                max_bytes=settings.max_body_bytes,
+                timeout_s=settings.body_timeout_s,
+                budget=budget,
+            ) as body:
+                return await _checked(body, request)
+        except Refused as exc:
+            return _reply(exc.status, exc.outcome, exc.detail, close=True)
+
+    async def _checked(body: bytes, request: Request) -> JSONResponse:
         refused = check_signature(settings.secret, body, request.headers)
         if refused:
             return _reply(401, "bad-signature", refused)
         data = _json_of(body)
         if isinstance(data, JSONResponse):
             return data
-        return await _relay(settings, upstream, deliveries, request, data)
+        read = _merge_of(settings, request, data)
+        if isinstance(read, JSONResponse):
+            return read
+        if in_flight[0] >= settings.max_deliveries:
+            return _reply(
+                503,
+                "busy",
+                f"{in_flight[0]} deliveries being processed, the relay's cap; retry later",
+                delivery=read[1],
+            )
+        in_flight[0] += 1
+        try:
+            return await run_in_threadpool(_process, settings, upstream, deliveries, *read)
+        finally:
+            in_flight[0] -= 1
 
     async def healthz(_: Request) -> JSONResponse:
         return JSONResponse({"ok": True})
@@ -111,20 +159,6 @@ def create_app(settings: RelaySettings) -> Starlette:
     return Starlette(
         routes=[Route("/hooks/git", hook, methods=["POST"]), Route("/healthz", healthz)]
     )
-
-
-async def _relay(
-    settings: RelaySettings,
-    upstream: Upstream,
-    deliveries: DeliveryLog,
-    request: Request,
-    data: Any,
-) -> JSONResponse:
-    read = _merge_of(settings, request, data)
-    if isinstance(read, JSONResponse):
-        return read
-    merge, delivery = read
-    return await run_in_threadpool(_process, settings, upstream, deliveries, merge, delivery)
 
 
 def _process(
@@ -150,7 +184,7 @@ def _process(
     try:
         events = _events_for(settings, upstream, deliveries, merge, delivery)
         if events:
-            emit_events(settings.prefect_api_url, events)
+            emit_events(settings.prefect_api_url, events, timeout_s=settings.prefect_timeout_s)
         deliveries.finish(delivery)
         final = True
     except MergeInFlight as exc:

@@ -107,11 +107,14 @@ def _auth_headers() -> dict[str, str]:
     return {}
 
 
-def emit_events(api_url: str, events: list[dict[str, Any]]) -> None:
-    """POST the events in one batch; PrefectApiError when Prefect did not take them."""
+def emit_events(
+    api_url: str, events: list[dict[str, Any]], *, timeout_s: float = _TIMEOUT_S
+) -> None:
+    """POST the events in one batch; PrefectApiError when Prefect did not take them (or did
+    not answer within timeout_s, for each of connect, send and read)."""
     try:
         response = httpx.post(
-            f"{api_url}/events", json=events, headers=_auth_headers(), timeout=_TIMEOUT_S
+            f"{api_url}/events", json=events, headers=_auth_headers(), timeout=timeout_s
         )
     except httpx.HTTPError as exc:
         raise PrefectApiError(f"Prefect API {api_url} unreachable: {exc}") from exc

@@ -21,7 +21,8 @@ import pytest
 import uvicorn
 from pydantic import BaseModel
 
-from flows.webhook.app import RelaySettings, create_app
+from flows.webhook.app import RelaySettings
+from flows.webhook.server import server_config
 from sandbox import prefect_server, procs
 
 
@@ -55,8 +56,16 @@ _shared: PrefectServer | None = None
 
 def shared_prefect(request: pytest.FixtureRequest, base: Path) -> PrefectServer:
     """One Prefect server for the whole test session, whichever directory asks first;
-    stopped when the session ends."""
+    stopped when the session ends. With $HANDOFF_TEST_PREFECT_API_URL, that server."""
     global _shared
+    attach = os.environ.get("HANDOFF_TEST_PREFECT_API_URL")
+    if attach:  # a server the tests did not start (kept warm between runs)
+        return PrefectServer(
+            api_url=attach,
+            ui_url=attach.removesuffix("/api"),
+            home=base,
+            process=procs.ProcessRecord(name="attached", pid=0, start_ticks=0, log=base / "-"),
+        )
     if _shared is None or not procs.is_alive(_shared.process):
         _shared = start_prefect(base)
         record = _shared.process
@@ -68,7 +77,7 @@ def shared_prefect(request: pytest.FixtureRequest, base: Path) -> PrefectServer:
 def running_relay(settings: RelaySettings) -> Iterator[str]:
     """Serve the relay on a free loopback port; yield its hook URL."""
     sock = socket.create_server(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(create_app(settings), log_level="warning"))
+    server = uvicorn.Server(server_config(settings, log_level="warning"))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     deadline = time.monotonic() + 20

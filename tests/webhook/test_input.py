@@ -19,7 +19,9 @@ from tests.webhook.test_relay import ALPHA_MANIFEST, merges
 
 
 def post_signed(relay: str, body: bytes, **headers: str) -> httpx.Response:
-    return httpx.post(relay, content=body, headers={**forgejo_headers(body, SECRET), **headers})
+    return httpx.post(
+        relay, content=body, headers={**forgejo_headers(body, SECRET), **headers}, timeout=30
+    )
 
 
 def with_field(path: str, value: Any, body: dict[str, Any] | None = None) -> bytes:

@@ -1,0 +1,96 @@
+"""A delivery's body, read within the relay's limits, before its signature is checked.
+
+Until the signature is checked a body is anyone's, so what the relay holds for it is
+bounded three ways: each body by `max_body_bytes` (413), all bodies being read or
+processed together by a byte budget (`max_buffered_bytes`; over it: 503, the forge
+retries), and the time to receive a body by `body_timeout_s` (408; a body shorter than
+its Content-Length or sent a byte at a time ends there). Each of these answers closes
+the connection, so the rest of a refused body is never read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from starlette.requests import ClientDisconnect, Request
+
+
+class Refused(Exception):
+    """The body was not taken: the status, outcome and detail of the answer."""
+
+    def __init__(self, status: int, outcome: str, detail: str) -> None:
+        super().__init__(detail)
+        self.status, self.outcome, self.detail = status, outcome, detail
+
+
+class ByteBudget:
+    """Bytes held by all bodies at once (the event loop is the only user: no lock)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit, self.held = limit, 0
+
+    def take(self, size: int) -> None:
+        if self.held + size > self.limit:
+            raise Refused(
+                503,
+                "busy",
+                f"{self.held} bytes of request bodies buffered, the relay's cap is "
+                f"{self.limit}; retry later",
+            )
+        self.held += size
+
+
+class _Hold:
+    """One body's share of the budget, grown as it arrives and given back at the end."""
+
+    def __init__(self, budget: ByteBudget) -> None:
+        self.budget, self.size = budget, 0
+
+    def grow_to(self, size: int) -> None:
+        if size > self.size:
+            self.budget.take(size - self.size)
+            self.size = size
+
+    def release(self) -> None:
+        self.budget.held -= self.size
+        self.size = 0
+
+
+@asynccontextmanager
+async def body_of(
+    request: Request, *, max_bytes: int, timeout_s: float, budget: ByteBudget
+) -> AsyncIterator[bytes]:
+    """The whole body, counted against budget until the block ends; Refused otherwise."""
+    hold = _Hold(budget)
+    try:
+        try:
+            async with asyncio.timeout(timeout_s):
+                body = await _read(request, max_bytes, hold)
+        except TimeoutError:
+            raise Refused(
+                408, "too-slow", f"the body did not arrive within {timeout_s:g} s; send it again"
+            ) from None
+        except ClientDisconnect:
+            raise Refused(400, "malformed", "the client left before the end of the body") from None
+        yield body
+    finally:
+        hold.release()
+
+
+async def _read(request: Request, max_bytes: int, hold: _Hold) -> bytes:
+    declared = request.headers.get("content-length", "")
+    too_large = Refused(413, "too-large", f"body exceeds {max_bytes} bytes")
+    if declared.isdigit():  # what it promises to send is held from the start
+        if int(declared) > max_bytes:
+            raise too_large
+        hold.grow_to(int(declared))
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > max_bytes:
+            raise too_large
+        hold.grow_to(size)
+        chunks.append(chunk)
+    return b"".join(chunks)

@@ -1,0 +1,109 @@
+"""The relay's HTTP server: uvicorn's h11 protocol with the deadlines and the cap it lacks.
+
+uvicorn closes a keep-alive connection that stays idle, but has no deadline for a
+request's headers (a connection that opens and sends nothing, or sends a byte a minute,
+is held forever) and takes any number of connections. Here:
+
+- headers: from the connection's start, and again after each response, the next
+  request's headers must be complete within `header_timeout_s`, else the connection is
+  closed; they may take 16 KiB at most (larger: 400, from h11);
+- connections: one beyond `max_connections` is answered 503 and closed at once;
+- idle keep-alive: closed after `keep_alive_s`.
+
+The body's deadline and the bytes held before the signature check are the app's (app.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+
+import h11
+import uvicorn
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from flows.webhook.app import RelaySettings, create_app
+
+MAX_HEADER_BYTES = 16 * 1024
+
+
+def _busy_answer(max_connections: int) -> bytes:
+    body = json.dumps(
+        {
+            "outcome": "busy",
+            "detail": f"{max_connections} connections open, the relay's cap; retry later",
+        }
+    ).encode()
+    head = (
+        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n"
+        f"connection: close\r\nretry-after: 5\r\ncontent-length: {len(body)}\r\n\r\n"
+    )
+    return head.encode() + body
+
+
+def protocol_for(settings: RelaySettings) -> type[H11Protocol]:
+    header_timeout_s, cap = settings.header_timeout_s, settings.max_connections
+    busy = _busy_answer(cap)
+
+    class RelayProtocol(H11Protocol):
+        _header_timer: asyncio.TimerHandle | None = None
+        _refused = False
+
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            if len(self.connections) > cap:
+                self._refused = True
+                transport.write(busy)
+                transport.close()
+                return
+            self._arm()
+
+        def data_received(self, data: bytes) -> None:
+            if self._refused:
+                return
+            super().data_received(data)
+            if self.conn.their_state is not h11.IDLE:
+                self._disarm()  # this request's headers are in
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            if self.conn.their_state is h11.IDLE:
+                self._arm()  # the next request's headers
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._disarm()
+            super().connection_lost(exc)
+
+        def _arm(self) -> None:
+            self._disarm()
+            self._header_timer = self.loop.call_later(header_timeout_s, self._headers_late)
+
+        def _disarm(self) -> None:
+            if self._header_timer is not None:
+                self._header_timer.cancel()
+                self._header_timer = None
+
+        def _headers_late(self) -> None:
+            self._header_timer = None
+            if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
+                self.transport.close()
+
+    return RelayProtocol
+
+
+def server_config(settings: RelaySettings, **kwargs: object) -> uvicorn.Config:
+    """uvicorn's configuration for the relay (kwargs: host, port, log_level, …)."""
+    return uvicorn.Config(
+        create_app(settings),
+        http=protocol_for(settings),
+        timeout_keep_alive=settings.keep_alive_s,  # type: ignore[arg-type]  # a float works
+        h11_max_incomplete_event_size=MAX_HEADER_BYTES,
+        **kwargs,  # type: ignore[arg-type]
+    )
+
+
+def serve(settings: RelaySettings, sock: socket.socket | None = None, **kwargs: object) -> None:
+    """Serve until interrupted (on sock when given, else on kwargs' host and port)."""
+    server = uvicorn.Server(server_config(settings, **kwargs))
+    server.run(sockets=[sock] if sock else None)
