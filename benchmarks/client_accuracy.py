@@ -21,6 +21,7 @@ With 4 or more cores the server runs on CPU 1 and the client on CPU 2.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import tempfile
@@ -31,7 +32,6 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-from gates import wakeclock
 from gates.load import RequestShape, Run, StreamPool, Transport
 from gates.metrics import compute_request_metrics
 from gates.records import RequestRecord
@@ -199,7 +199,7 @@ def main() -> None:
             os.sched_setaffinity(0, {CLIENT_CPU})
         try:
             runs = [
-                wakeclock.run(measure(server.url, transport, c, args, server.process.pid))
+                asyncio.run(measure(server.url, transport, c, args, server.process.pid))
                 for c in levels
                 for transport in transports
             ]

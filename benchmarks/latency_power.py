@@ -18,6 +18,7 @@ sides), beside the fixed design that always runs every round.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import multiprocessing
 import os
 import tempfile
@@ -28,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gates import api, wakeclock
+from gates import api
 from gates.latency import BASELINE, CANDIDATE, evaluate_level, is_certain
 from gates.load import RequestShape, Run, StreamPool
 from gates.settings import LatencySettings
@@ -153,7 +154,7 @@ def main() -> None:
         try:
             urls = {side: server.url for side, server in servers.items()}
             levels = [int(level) for level in args.levels.split(",")]
-            _COLLECTED.extend(wakeclock.run(collect(urls, c, args)) for c in levels)
+            _COLLECTED.extend(asyncio.run(collect(urls, c, args)) for c in levels)
         finally:
             for server in servers.values():
                 server.stop()

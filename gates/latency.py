@@ -8,11 +8,12 @@ decided by `gates.compare` (regression against the baseline) and the optional SL
 
 from __future__ import annotations
 
+import asyncio
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from typing import TypeVar
 
-from gates import api, wakeclock
+from gates import api
 from gates.capabilities import discover
 from gates.cell import CellFigures, CellSamples, summarise_cell
 from gates.compare import Comparison, compare_cells
@@ -45,7 +46,7 @@ def run_latency(
 ) -> LatencyResult:
     """Measure and decide; model ids default to the first each server lists."""
     settings = settings or LatencySettings()
-    return wakeclock.run(
+    return asyncio.run(
         run_latency_async(
             candidate_url,
             baseline_url,

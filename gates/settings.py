@@ -43,9 +43,11 @@ class Slo(_Settings):
 class LatencySettings(_Settings):
     """Load shape and decision rules of the latency gate.
 
-    Defaults finish in well under a minute against the simulated servers: per level and side,
-    3 rounds of max(1, ceil(3 / concurrency)) waves of 32-token requests. p99 wants about 100
-    requests per cell; raise `rounds` or `waves_per_round` where the time is available.
+    Sample sizes come from `benchmarks/latency_power.py` (the gate's own decision replayed on
+    measured rounds): per level and side at most 9 rounds of max(1, ceil(3 / concurrency))
+    waves of 32-token requests, looked at after rounds 3, 6 and 9 with alpha split over the
+    looks. A clear regression stops at the first look; on a quiet machine a clear pass does
+    too. On a loaded 2-core machine 3 rounds gave 3-5 % false alarms, 9 sequential rounds 1 %.
     """
 
     levels: list[Annotated[int, Field(ge=1)]] = Field(
@@ -59,7 +61,7 @@ class LatencySettings(_Settings):
     )
     prompts: list[str] = Field(default=list(DEFAULT_LATENCY_PROMPTS), min_length=1)
     seed: int = 0
-    rounds: int = Field(3, ge=1, description="most interleaved baseline/candidate rounds a level")
+    rounds: int = Field(9, ge=1, description="most interleaved baseline/candidate rounds a level")
     min_rounds: int = Field(
         3, ge=1, description="rounds before the first look; later looks every as many rounds"
     )

@@ -1,13 +1,12 @@
 """The load generator's streaming transport: plain HTTP/1.1 on an `asyncio.Protocol`.
 
-`data_received` takes the `perf_counter_ns` stamp before anything else (on a
-`gates.wakeclock` loop: the moment epoll reported the socket readable), then frames the bytes
-(`gates.http1`: chunked, Content-Length or close-delimited) and splits SSE events
-(`gates.sse`); payloads are kept with their stamp and interpreted after the request ends
-(`gates.finish`). Against httpx this removes about 75 µs of Python per read at 64 streams,
-which is what delayed the stamps of tokens queued behind other streams' reads. One keep-alive
-connection per stream, TCP_NODELAY, reconnect when the server closes. No TLS and no proxies:
-`gates.load` uses httpx for those.
+`data_received` takes the `perf_counter_ns` stamp as the read returns and queues the bytes;
+once every read of the loop's wake-up is stamped, they are framed (`gates.http1`: chunked,
+Content-Length or close-delimited) and split into SSE events (`gates.sse`); payloads keep
+their stamp and are interpreted after the request ends (`gates.finish`). httpx spends about
+100 µs of Python per read at 64 streams before its stamp, and every stream queued behind that
+read waits for it. One keep-alive connection per stream, TCP_NODELAY, reconnect when the
+server closes. No TLS and no proxies: `gates.load` uses httpx for those.
 """
 
 from __future__ import annotations
@@ -22,7 +21,6 @@ from gates.finish import EVENTS, RawStream
 from gates.http1 import HttpProtocolError, ResponseParser
 from gates.records import RequestRecord
 from gates.sse import DEFAULT_MAX_EVENT_BYTES, SseDecoder, SseError
-from gates.wakeclock import stamping_selector
 
 MAX_ERROR_DETAIL = 300
 
@@ -32,7 +30,8 @@ class _Connection(asyncio.Protocol):
 
     def __init__(self, max_event_bytes: int) -> None:
         self._max_event_bytes = max_event_bytes
-        self._wake = stamping_selector(asyncio.get_running_loop())
+        self._loop = asyncio.get_running_loop()
+        self._inbox: list[tuple[int, bytes]] = []  # stamped reads not yet parsed
         self.transport: asyncio.Transport | None = None
         self.progress_ns = 0  # send or last data event of the request in flight
         self.received = False  # any byte of the current response
@@ -75,10 +74,18 @@ class _Connection(asyncio.Protocol):
         return self._raw
 
     def data_received(self, data: bytes) -> None:
-        # First: framing and splitting must not delay the stamp. On a stamping loop, the
-        # moment epoll said this socket was readable (before the other reads of the batch).
-        wake = self._wake
-        now = wake.woke_ns if wake is not None else time.perf_counter_ns()
+        # Stamp and queue only: framing and splitting run after every read of this wake-up
+        # has been stamped, so one stream's parsing never delays another stream's stamp.
+        self._inbox.append((time.perf_counter_ns(), data))
+        if len(self._inbox) == 1:
+            self._loop.call_soon(self._drain)
+
+    def _drain(self) -> None:
+        inbox, self._inbox = self._inbox, []
+        for arrived_ns, data in inbox:
+            self._take(arrived_ns, data)
+
+    def _take(self, now: int, data: bytes) -> None:
         if self._waiter is None:  # bytes nobody asked for: the connection is out of step
             self.close()
             return
@@ -110,6 +117,7 @@ class _Connection(asyncio.Protocol):
         self._ok = head.status == 200
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self._drain()  # what arrived before the close comes first
         self.transport = None
         self.closed_by_server = not self._closed_here
         if self._waiter is None:

@@ -30,7 +30,7 @@ MODEL_ID = "truth"
 _DONE = b"data: [DONE]\n\n"
 
 
-@dataclass(eq=False)  # identity: a stream is removed from the active list by itself
+@dataclass
 class _Stream:
     ex: Exchange
     id: str
@@ -41,15 +41,25 @@ class _Stream:
     stamps: list[int] = field(default_factory=list)
 
 
+def _tail(stream: _Stream) -> list[bytes]:
+    """What follows the last token: the usage chunk if asked for, then [DONE]."""
+    if not stream.include_usage:
+        return [_DONE]
+    usage = {"prompt_tokens": 1, "completion_tokens": stream.n_out}
+    chunk = {"id": stream.id, "object": "text_completion", "model": MODEL_ID}
+    chunk |= {"choices": [], "usage": usage | {"total_tokens": stream.n_out + 1}}
+    return [b"data: " + json.dumps(chunk).encode() + b"\n\n", _DONE]
+
+
 class TruthServer:
     def __init__(self, pacer: Pacer, interval_ns: int) -> None:
         self._pacer = pacer
         self._interval_ns = interval_ns
         self._origin_ns = time.monotonic_ns()
-        self._active: list[_Stream] = []
+        self._active: dict[str, _Stream] = {}  # by id, in arrival order
         self._tick_due: int | None = None
         self._ids = itertools.count()
-        self.truth: list[str] = []
+        self._finished: list[tuple[_Stream, str]] = []
         self.draining = False
 
     async def handle(self, ex: Exchange) -> None:
@@ -58,8 +68,7 @@ class TruthServer:
             if route == ("POST", "/v1/completions"):
                 self._start(ex)
             elif route == ("GET", "/truth"):
-                body = "".join(line + "\n" for line in self.truth).encode()
-                ex.respond(200, body, "application/jsonl")
+                ex.respond(200, self.truth_lines(), "application/jsonl")
             elif route == ("GET", "/v1/models"):
                 card = {"id": MODEL_ID, "object": "model", "owned_by": "handoff-sandbox"}
                 ex.respond(200, json.dumps({"object": "list", "data": [card]}).encode())
@@ -94,7 +103,7 @@ class TruthServer:
         stream = _Stream(ex, rid, n_out, include_usage, chunk, ex.received_ns)
         ex.on_lost = lambda: self._finish(stream, "abort")
         ex.start_stream("text/event-stream")
-        self._active.append(stream)
+        self._active[rid] = stream
         self._arm()
 
     def _arm(self) -> None:
@@ -107,37 +116,36 @@ class TruthServer:
 
     def _tick(self) -> None:
         self._tick_due = None
-        for stream in list(self._active):
-            stream.stamps.append(stream.ex.send_chunk(stream.chunk))
-            if len(stream.stamps) == stream.n_out:
-                self._end(stream)
+        ending = []
+        for stream in self._active.values():
+            if len(stream.stamps) + 1 < stream.n_out:
+                stream.stamps.append(stream.ex.send_chunk(stream.chunk))
+            else:  # the last token, usage, [DONE] and the end: one write, one system call
+                stream.stamps.append(stream.ex.end_stream_with(stream.chunk, *_tail(stream)))
+                ending.append(stream)
+        for stream in ending:
+            self._finish(stream, "length")
         self._arm()
 
-    def _end(self, stream: _Stream) -> None:
-        if stream.include_usage:
-            usage = {"prompt_tokens": 1, "completion_tokens": stream.n_out}
-            usage["total_tokens"] = stream.n_out + 1
-            chunk = {"id": stream.id, "object": "text_completion", "model": MODEL_ID}
-            chunk |= {"choices": [], "usage": usage}
-            stream.ex.send_chunk(b"data: " + json.dumps(chunk).encode() + b"\n\n")
-        stream.ex.send_chunk(_DONE)
-        stream.ex.end_stream()
-        self._finish(stream, "length")
-
     def _finish(self, stream: _Stream, finish_reason: str) -> None:
-        if stream not in self._active:
-            return
-        self._active.remove(stream)
-        timing = RequestTiming(
-            id=stream.id,
-            t_recv_ns=stream.t_recv_ns,
-            token_times_ns=stream.stamps,
-            n_prompt=1,
-            n_out=len(stream.stamps),
-            finish_reason=finish_reason,
-            stream=True,
-        )
-        self.truth.append(timing.model_dump_json())
+        if self._active.pop(stream.id, None) is not None:
+            self._finished.append((stream, finish_reason))  # serialised only when asked for
+
+    def truth_lines(self) -> bytes:
+        lines = [
+            RequestTiming(
+                id=stream.id,
+                t_recv_ns=stream.t_recv_ns,
+                token_times_ns=stream.stamps,
+                n_prompt=1,
+                n_out=len(stream.stamps),
+                finish_reason=finish_reason,
+                stream=True,
+            ).model_dump_json()
+            + "\n"
+            for stream, finish_reason in self._finished
+        ]
+        return "".join(lines).encode()
 
     def drained(self) -> bool:
         return self.draining and not self._active

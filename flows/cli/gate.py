@@ -104,7 +104,10 @@ def latency(
     baseline: Annotated[str | None, typer.Option(help="live server to compare with")] = None,
     levels: Annotated[str, typer.Option(help="comma-separated concurrency levels")] = "1,16",
     max_tokens: Annotated[int, typer.Option(help="output tokens per request")] = 32,
-    rounds: Annotated[int, typer.Option(help="interleaved rounds per level")] = 3,
+    rounds: Annotated[
+        int | None,
+        typer.Option(help="most interleaved rounds per level (it stops once certain)"),
+    ] = None,
     settings: Annotated[
         Path | None, typer.Option(help="YAML/JSON LatencySettings; overrides the options")
     ] = None,
@@ -123,7 +126,7 @@ def latency(
 
 
 def _latency_settings(
-    path: Path | None, *, levels: str, max_tokens: int, rounds: int
+    path: Path | None, *, levels: str, max_tokens: int, rounds: int | None
 ) -> LatencySettings:
     import yaml
     from pydantic import ValidationError
@@ -134,6 +137,7 @@ def _latency_settings(
         if path is not None:
             return LatencySettings.model_validate(yaml.safe_load(path.read_text()) or {})
         parsed = [int(level) for level in levels.split(",") if level.strip()]
-        return LatencySettings(levels=parsed, max_tokens=max_tokens, rounds=rounds)
+        given = {} if rounds is None else {"rounds": rounds}
+        return LatencySettings(levels=parsed, max_tokens=max_tokens, **given)
     except (OSError, ValueError, ValidationError, yaml.YAMLError) as exc:
         _fail_with_error(f"invalid latency settings ({path or 'options'}): {exc}")

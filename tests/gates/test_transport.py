@@ -6,6 +6,7 @@ errors. The native transport and the httpx fallback must agree."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import itertools
 import json
@@ -14,11 +15,13 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
+import httpx
 import pytest
 
-from gates import wakeclock
 from gates.load import RequestShape, Run, StreamPool, Transport, pick_transport
+from tests.gates.servers import start_truth_server
 
 CLOSE = b""  # a segment that closes the connection instead of writing
 PAUSE_S = 0.03  # between segments: long enough for each to be its own read
@@ -126,7 +129,7 @@ def load(url: str, transport: Transport, *, n_requests: int, max_tokens: int) ->
             shape = RequestShape(model="m", max_tokens=max_tokens)
             return await pool.run(shape, ["p"], n_requests=n_requests)
 
-    return wakeclock.run(go())  # as the latency gate runs it
+    return asyncio.run(go())
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
@@ -223,3 +226,31 @@ def test_tls_and_proxies_go_over_httpx() -> None:
     assert pick_transport("http://127.0.0.1:1", "native", None) == "native"
     assert pick_transport("https://127.0.0.1:1", "native", None) == "httpx"
     assert pick_transport("http://127.0.0.1:1", "native", "http://127.0.0.1:3128") == "httpx"
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_against_the_truth_server_every_token_is_stamped_after_it_was_sent(
+    tmp_path: Path, transport: Transport
+) -> None:
+    server = start_truth_server(workdir=tmp_path, interval_ms=5)
+    try:
+
+        async def go() -> Run:
+            pool = StreamPool(server.url, concurrency=4, read_timeout_s=5, transport=transport)
+            async with pool:
+                shape = RequestShape(model="truth", max_tokens=8)
+                return await pool.run(shape, ["p"], n_requests=8)
+
+        run = asyncio.run(go())
+        truth = httpx.get(f"{server.url}/truth", timeout=10).text.splitlines()
+    finally:
+        server.stop()
+    sent = {t["id"]: t for t in map(json.loads, truth)}
+    assert len(sent) == len(run.records) == 8
+    for record in run.records:
+        assert record.ok, record.error
+        server_side = sent[record.response_id or ""]
+        assert len(server_side["token_times_ns"]) == len(record.token_times_ns) == 8
+        assert record.t_send_ns is not None and record.t_send_ns <= server_side["t_recv_ns"]
+        for arrived, left in zip(record.token_times_ns, server_side["token_times_ns"], strict=True):
+            assert arrived >= left  # one clock (CLOCK_MONOTONIC) on both sides

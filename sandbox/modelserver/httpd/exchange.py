@@ -48,6 +48,12 @@ class Exchange:
         self._write(LAST_CHUNK)
         self._finish()
 
+    def end_stream_with(self, *payloads: bytes) -> int:
+        """The last chunks and the end of the stream in one write (one system call)."""
+        stamp = self._write(b"".join(map(chunk, payloads)) + LAST_CHUNK)
+        self._finish()
+        return stamp
+
     def connection_lost(self) -> None:
         if not self.done:
             self.done = True
