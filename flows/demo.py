@@ -23,10 +23,9 @@ from pydantic import BaseModel
 from rich.console import Console
 
 from flows.kube.client import Kube, connect
-from flows.kube.write import apply_manifest
 from sandbox import manager
 from sandbox.proxy import address_of
-from sandbox.seed import World, before_state_documents, create_world, merge_gdn_fix, publish_candle
+from sandbox.seed import World, apply_before_state, create_world, merge_gdn_fix, publish_candle
 from sandbox.state import SandboxState
 from sandbox.traffic import ClientLoad
 
@@ -55,8 +54,7 @@ def prepare(state: SandboxState, say: Callable[[str], None]) -> tuple[World, Kub
     world = create_world(state.run_dir / "src", state.registry_url or "")
     os.environ.update(world.environment())
     os.environ.setdefault("IMAGE_POLL_INTERVAL_S", "2")
-    for doc in before_state_documents(world):
-        apply_manifest(kube, doc)
+    apply_before_state(state.kubeconfig, world)
     say(
         "before state applied: coder on GPTQ 30B-A3B (1 GPU), clef-serve on PyTorch "
         "(1 GPU), reasoning-long (1 GPU); one V100 free"

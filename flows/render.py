@@ -89,10 +89,22 @@ def override_image(spec: HandoffSpec, image: str) -> str:
 
 
 def compute_revision(spec: HandoffSpec, manifest: dict[str, Any], pinned: str | None) -> str:
-    """A short stable id of what is being rolled out (template + pinned image)."""
-    template = json.dumps(manifest["spec"]["template"], sort_keys=True)
-    digest = hashlib.sha256(f"{spec.name}\n{template}\n{pinned}".encode()).hexdigest()
-    return digest[:10]
+    """A short stable id of what the pods run: the pod template as rendered (images
+    repointed, the gated one pinned), without the handoff's own labels. The apply makes
+    the Deployment's spec exactly the rendered one, so this is the hash of what runs."""
+    template = json.dumps(_with_images(spec, manifest["spec"]["template"], pinned), sort_keys=True)
+    return hashlib.sha256(f"{spec.name}\n{template}".encode()).hexdigest()[:10]
+
+
+def _with_images(spec: HandoffSpec, template: dict[str, Any], pinned: str | None) -> dict[str, Any]:
+    """A copy of the pod template with its images as they run."""
+    template = copy.deepcopy(template)
+    for container in template["spec"]["containers"]:
+        if container["name"] == spec.candidate.container and pinned:
+            container["image"] = pinned
+        else:
+            container["image"] = override_image(spec, container["image"])
+    return template
 
 
 def render_candidate(
@@ -108,6 +120,7 @@ def render_candidate(
     """The Deployment to apply; a twin has its own name and selects only its revision."""
     body = copy.deepcopy(manifest)
     body["metadata"]["namespace"] = spec.namespace
+    body["spec"]["template"] = _with_images(spec, manifest["spec"]["template"], pinned)
     if twin:
         body["metadata"]["name"] += TWIN_SUFFIX
         body["spec"]["selector"]["matchLabels"][REVISION_LABEL] = revision
@@ -117,13 +130,7 @@ def render_candidate(
         ]["name"]
     body["metadata"].setdefault("annotations", {})[HANDOFF_ID_ANNOTATION] = handoff_id
     body["spec"]["replicas"] = replicas
-    template = body["spec"]["template"]
-    template["metadata"].setdefault("labels", {})[REVISION_LABEL] = revision
-    for container in template["spec"]["containers"]:
-        if container["name"] == spec.candidate.container and pinned:
-            container["image"] = pinned
-        else:
-            container["image"] = override_image(spec, container["image"])
+    body["spec"]["template"]["metadata"].setdefault("labels", {})[REVISION_LABEL] = revision
     return body
 
 

@@ -14,6 +14,7 @@ import git
 import yaml
 from pydantic import BaseModel
 
+from sandbox.kubectl import kubectl_apply
 from sandbox.publisher import publish
 from sandbox.simbuild import BUILD_FILE, SimBuild, build_file_text
 from sandbox.srcrepo import SourceRepo, commit_files, commit_gdn_fix, create_candle_vllm_repo
@@ -122,6 +123,12 @@ def before_state_documents(world: World, namespace: str = NAMESPACE) -> list[dic
             if doc:
                 docs.append(_in_namespace(_override_images(doc, world), namespace))
     return docs
+
+
+def apply_before_state(kubeconfig: Path, world: World, namespace: str = NAMESPACE) -> None:
+    """Apply the before state as its users did: `kubectl apply` (client-side), so the
+    objects belong to kubectl, not to the handoff's field manager."""
+    kubectl_apply(kubeconfig, before_state_documents(world, namespace))
 
 
 def _override_images(doc: dict, world: World) -> dict:  # type: ignore[type-arg]

@@ -19,12 +19,11 @@ import yaml
 from kubernetes import client
 
 from flows.kube.client import Kube, connect
-from flows.kube.write import apply_manifest
 from sandbox.publisher import publish
 from sandbox.seed import (
     ORG,
     World,
-    before_state_documents,
+    apply_before_state,
     create_world,
     merge_gdn_fix,
     publish_candle,
@@ -77,12 +76,12 @@ def kube(sandbox: SandboxState) -> Iterator[Kube]:
 
 
 @pytest.fixture
-def seeded(kube: Kube, world: World) -> Iterator[str]:
-    """A namespace holding the seeds' before state, all Ready; removed afterwards,
-    waiting until its pods are gone so the next test finds the GPUs free."""
+def seeded(sandbox: SandboxState, kube: Kube, world: World) -> Iterator[str]:
+    """A namespace holding the seeds' before state, applied with kubectl as its users
+    did, all Ready; removed afterwards, waiting until its pods are gone so the next
+    test finds the GPUs free."""
     namespace = f"llm-{uuid.uuid4().hex[:8]}"
-    for doc in before_state_documents(world, namespace):
-        apply_manifest(kube, doc)
+    apply_before_state(sandbox.kubeconfig, world, namespace)
     wait_deployments_ready(kube, namespace, BEFORE)
     yield namespace
     kube.core.delete_namespace(namespace)

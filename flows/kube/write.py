@@ -9,10 +9,11 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from flows.kube.client import FIELD_MANAGER, Conflict, Kube, mapped
+from flows.kube.client import FIELD_MANAGER, Conflict, Kube, NotFound, mapped
 
 APPLY_PATCH = "application/apply-patch+yaml"
 MERGE_PATCH = "application/merge-patch+json"
+CONFLICT_RETRIES = 5
 
 
 def _dry(dry_run: bool) -> str | None:
@@ -20,7 +21,35 @@ def _dry(dry_run: bool) -> str | None:
 
 
 def apply_deployment(kube: Kube, body: dict[str, Any], *, dry_run: bool = False) -> dict[str, Any]:
-    """Server-side apply of a whole Deployment manifest as the handoff's field manager."""
+    """Make the Deployment's spec exactly body's: server-side apply creates it when it
+    is absent; an existing one gets its whole spec replaced (resourceVersion-guarded,
+    re-read on 409) and body's labels and annotations merged into its own.
+
+    Not server-side apply onto an existing one: apply removes only the fields its own
+    manager set before, so a Deployment made by kubectl (client-side apply), Helm or any
+    other tool would keep every field the candidate manifest leaves out, and the pods
+    would run a merge of the old spec and the new. Other tools' marks on the object
+    (last-applied-configuration, Helm's release labels) stay.
+    """
+    meta = body["metadata"]
+    where = f"Deployment {meta['namespace']}/{meta['name']}"
+    for _ in range(CONFLICT_RETRIES):
+        try:
+            with mapped(f"read {where}"):
+                live = kube.apps.read_namespaced_deployment(meta["name"], meta["namespace"])
+        except NotFound:
+            return _create_deployment(kube, body, dry_run=dry_run)
+        current = kube.api.sanitize_for_serialization(live)
+        for key in ("labels", "annotations"):
+            current["metadata"][key] = {**(current["metadata"].get(key) or {}), **meta.get(key, {})}
+        try:
+            return _put_spec(kube, current, body["spec"], dry_run=dry_run)
+        except Conflict:
+            continue
+    raise Conflict(f"{where} kept changing: {CONFLICT_RETRIES} replacements refused (409)")
+
+
+def _create_deployment(kube: Kube, body: dict[str, Any], *, dry_run: bool) -> dict[str, Any]:
     meta = body["metadata"]
     with mapped(f"apply Deployment {meta['namespace']}/{meta['name']}"):
         result = kube.apps.patch_namespaced_deployment(
@@ -31,6 +60,25 @@ def apply_deployment(kube: Kube, body: dict[str, Any], *, dry_run: bool = False)
             force=True,
             dry_run=_dry(dry_run),
             _content_type=APPLY_PATCH,
+        )
+    return kube.api.sanitize_for_serialization(result)  # type: ignore[no-any-return]
+
+
+def _put_spec(
+    kube: Kube, current: dict[str, Any], spec: dict[str, Any], *, dry_run: bool
+) -> dict[str, Any]:
+    """PUT current (as read, its resourceVersion the precondition) with spec in place."""
+    meta = current["metadata"]
+    meta.pop("managedFields", None)  # left out, the apiserver keeps and updates them
+    body = {**current, "spec": spec}
+    body.pop("status", None)
+    with mapped(f"replace the spec of Deployment {meta['namespace']}/{meta['name']}"):
+        result = kube.apps.replace_namespaced_deployment(
+            meta["name"],
+            meta["namespace"],
+            body,
+            dry_run=_dry(dry_run),
+            field_manager=FIELD_MANAGER,
         )
     return kube.api.sanitize_for_serialization(result)  # type: ignore[no-any-return]
 
@@ -58,17 +106,13 @@ def replace_deployment_spec(
     dry_run: bool = False,
 ) -> None:
     """Put back a whole spec (rollback of an in-place handoff), guarded by resourceVersion."""
-    with mapped(f"restore the spec of Deployment {namespace}/{name}"):
-        body = kube.api.sanitize_for_serialization(
+    with mapped(f"read Deployment {namespace}/{name}"):
+        current = kube.api.sanitize_for_serialization(
             kube.apps.read_namespaced_deployment(name, namespace)
         )
-        # The caller's resourceVersion, not the one just read: a change since then is a 409.
-        body["metadata"]["resourceVersion"] = resource_version
-        body["spec"] = spec
-        body.pop("status", None)
-        kube.apps.replace_namespaced_deployment(
-            name, namespace, body, dry_run=_dry(dry_run), field_manager=FIELD_MANAGER
-        )
+    # The caller's resourceVersion, not the one just read: a change since then is a 409.
+    current["metadata"]["resourceVersion"] = resource_version
+    _put_spec(kube, current, spec, dry_run=dry_run)
 
 
 def selector_patch(old: dict[str, str], new: dict[str, str]) -> dict[str, str | None]:
@@ -168,8 +212,6 @@ def apply_manifest(kube: Kube, body: dict[str, Any], *, dry_run: bool = False) -
 
 def delete_deployment(kube: Kube, namespace: str, name: str) -> None:
     """Delete a Deployment (its ReplicaSets and pods follow); absent is fine."""
-    from flows.kube.client import NotFound
-
     try:
         with mapped(f"delete Deployment {namespace}/{name}"):
             kube.apps.delete_namespaced_deployment(

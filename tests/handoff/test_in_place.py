@@ -1,12 +1,15 @@
 """The coder handoff on the seed's GPUs: its TP=2 candidate does not fit beside the
 live pods, so it goes in place; the plan declares the downtime, approval covers it,
-and the unavailability clients measure stays within the declaration. A candidate
-that fits nowhere is refused at plan time with nothing written."""
+and the unavailability clients measure stays within the declaration; the pods then run
+exactly the candidate manifest, though kubectl owns the live Deployment and its users
+had set fields the manifest leaves out. A candidate that fits nowhere is refused at
+plan time with nothing written."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import yaml
 
 from flows.capacity import Strategy
@@ -15,14 +18,23 @@ from flows.ledger import ANNOTATION, HISTORY_ANNOTATION, history_entries, parse_
 from flows.plan import make_plan
 from flows.spec import load_spec
 from sandbox.proxy import address_of
+from sandbox.seed import World
 from sandbox.state import SandboxState
 from sandbox.traffic import ClientLoad
+from tests.handoff.ownership import assert_runs_exactly_the_candidate, users_changed_the_coder
 from tests.world import ROOT, run_handoff, service, spec_in
 
 
 def test_coder_goes_in_place_within_declared_downtime(
-    sandbox: SandboxState, kube: Kube, seeded: str, handoff_env: dict[str, str], tmp_path: Path
+    sandbox: SandboxState,
+    kube: Kube,
+    world: World,
+    seeded: str,
+    handoff_env: dict[str, str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    users_changed_the_coder(sandbox, kube, world, seeded)
     # The latency SLO is the spec's business; here the machine may be busy with other
     # tests, and this test is about the outage, so the SLO is relaxed.
     spec_file = spec_in(
@@ -49,6 +61,7 @@ def test_coder_goes_in_place_within_declared_downtime(
     assert load.failed, "in place should show the declared downtime to clients"
     assert 0 < load.unavailable_s() <= plan.downtime_bound_s
     assert load.outcomes[-1].ok, "clients are served again after the swap"
+    assert_runs_exactly_the_candidate(kube, seeded, spec_file, handoff_env, monkeypatch)
 
 
 def test_no_room_anywhere_is_refused_with_nothing_written(

@@ -1,30 +1,38 @@
 """The coder spec replaces the live Deployment; with a node whose GPUs are free the
 same spec goes side by side (through a twin Deployment) and clients see no failed
 request, the Service never selects two workloads, and the live Deployment ends on
-the candidate's spec with the twin gone."""
+exactly the candidate's spec (though kubectl owns it and its users had set fields the
+manifest leaves out) with the twin gone."""
 
 from __future__ import annotations
 
 import threading
 from pathlib import Path
 
+import pytest
+
 from flows.kube.client import Kube
 from flows.ledger import parse_ledger
 from flows.render import TWIN_SUFFIX
 from sandbox.proxy import address_of
+from sandbox.seed import World
 from sandbox.state import SandboxState
 from sandbox.traffic import ClientLoad
+from tests.handoff.ownership import assert_runs_exactly_the_candidate, users_changed_the_coder
 from tests.world import run_handoff, service, spec_in
 
 
 def test_coder_side_by_side_when_gpus_allow(
     sandbox: SandboxState,
     kube: Kube,
+    world: World,
     seeded: str,
     spare_gpus: str,
     handoff_env: dict[str, str],
     tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    users_changed_the_coder(sandbox, kube, world, seeded)
     spec_file = spec_in(
         seeded,
         "coder-14b-fp16",
@@ -51,6 +59,7 @@ def test_coder_side_by_side_when_gpus_allow(
     assert owners.samples and all(len(seen) <= 1 for seen in owners.samples), (
         "the Service selected two versions at once"
     )
+    assert_runs_exactly_the_candidate(kube, seeded, spec_file, handoff_env, monkeypatch)
 
 
 class _watch_endpoint_owners:
