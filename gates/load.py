@@ -90,8 +90,8 @@ class Stream(Protocol):
 
 @contextlib.contextmanager
 def _collector_paused() -> Iterator[None]:
-    """No garbage collection while streams are stamped: a full collection over a run's
-    records stopped every stream at once for 0.1-0.3 s at 256 streams. A run is bounded in
+    """No automatic garbage collection while streams are stamped: a collection stops every
+    stream at once, and a full one walks every record of the run. A run is bounded in
     requests, so what it allocates meanwhile is bounded too; it is collected afterwards."""
     was_enabled = gc.isenabled()
     gc.collect()

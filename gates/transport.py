@@ -175,10 +175,6 @@ class NativeStream:
         self._stall_s = 0.0
         self.busy = False
 
-    @property
-    def progress_ns(self) -> int:
-        return self._conn.progress_ns if self._conn is not None else 0
-
     async def aclose(self) -> None:
         if self._conn is not None:
             self._conn.close()
@@ -214,10 +210,12 @@ class NativeStream:
     async def _exchange(self, request: bytes, path: str, record: RequestRecord) -> RawStream:
         for _ in range(2):
             try:
-                conn = await self._connection()
-            except OSError as exc:
+                async with asyncio.timeout(self._stall_s):
+                    conn = await self._connection()
+            except (OSError, TimeoutError) as exc:
+                why = str(exc) or f"no connection within {self._stall_s:g} s"
                 where = f"{self._host}:{self._port}"
-                return RawStream(failure=f"ConnectError after {EVENTS} token events: {where} {exc}")
+                return RawStream(failure=f"ConnectError after {EVENTS} token events: {where} {why}")
             reused = conn.used
             await conn.start(request, path, record)
             raw = conn.raw

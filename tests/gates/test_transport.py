@@ -254,3 +254,13 @@ def test_against_the_truth_server_every_token_is_stamped_after_it_was_sent(
         assert record.t_send_ns is not None and record.t_send_ns <= server_side["t_recv_ns"]
         for arrived, left in zip(record.token_times_ns, server_side["token_times_ns"], strict=True):
             assert arrived >= left  # one clock (CLOCK_MONOTONIC) on both sides
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_a_refused_connection_is_a_recorded_error(transport: Transport) -> None:
+    with socket.socket() as probe:  # a port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{probe.getsockname()[1]}"
+    (record,) = load(url, transport, n_requests=1, max_tokens=1).records
+    assert record.status is None
+    assert "ConnectError after 0 token events" in (record.error or "")
