@@ -28,7 +28,7 @@ from gates.result import GateResult
 from gates.settings import ParityCheck, ParityTolerances
 
 ParityResult = GateResult[ParityFigures]
-REQUEST_TIMEOUT_S = 120.0
+REQUEST_TIMEOUT_S = 600.0  # as RECORD_TIMEOUT_S: one echo of the reference text
 
 
 def run_parity(

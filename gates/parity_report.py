@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from pydantic import Field
 
 from gates.capabilities import Capabilities
@@ -85,6 +87,12 @@ class ParityFigures(Figures):
             found.append(f"teacher-forced mean KL {tf.kl_mean:.3g} above {tolerances.kl_mean_max}")
         if tf.kl_p99 > tolerances.kl_p99_max:
             found.append(f"teacher-forced p99 KL {tf.kl_p99:.3g} above {tolerances.kl_p99_max}")
+        ratio = tf.perplexity_ratio
+        if ratio is not None and abs(math.log(ratio)) > tolerances.log_perplexity_ratio_max:
+            found.append(
+                f"teacher-forced perplexity ratio {ratio:.4f}: |log| above "
+                f"{tolerances.log_perplexity_ratio_max}"
+            )
         if tf.top_token_agreement < tolerances.top_token_agreement_min:
             found.append(
                 f"teacher-forced top-token agreement {tf.top_token_agreement:.1%} below "

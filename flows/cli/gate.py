@@ -59,11 +59,16 @@ def parity(
     url: UrlOption,
     golden: Annotated[Path, typer.Option(help="golden file from `handoff golden record`")],
     model: Annotated[str | None, typer.Option(help="model id (default: the golden's)")] = None,
-    top_k: Annotated[int, typer.Option(help="near-tie rule: each token in the other's top-k")] = 5,
+    top_k: Annotated[
+        int | None, typer.Option(help="near-tie rule: each token in the other's top-k [5]")
+    ] = None,
     near_tie_max_gap: Annotated[
-        float, typer.Option(help="near-tie rule: each side preferred its token by ≤ this (nats)")
-    ] = 0.1,
-    probe_rel_tol: Annotated[float, typer.Option(help="relative tolerance of probes")] = 1e-2,
+        float | None,
+        typer.Option(help="near-tie rule: each side preferred its token by ≤ this (nats) [0.7]"),
+    ] = None,
+    probe_rel_tol: Annotated[
+        float | None, typer.Option(help="relative tolerance of probes [0.01]")
+    ] = None,
     require: Annotated[
         str | None,
         typer.Option(
@@ -87,12 +92,11 @@ def parity(
     from pydantic import ValidationError
 
     try:
-        tolerances = ParityTolerances(
-            top_k=top_k,
-            near_tie_max_gap=near_tie_max_gap,
-            probe_rel_tol=probe_rel_tol,
-            require=None if require is None else [c.strip() for c in require.split(",")],
-        )
+        given = {"top_k": top_k, "near_tie_max_gap": near_tie_max_gap}
+        given |= {"probe_rel_tol": probe_rel_tol}
+        if require is not None:
+            given["require"] = [c.strip() for c in require.split(",")]
+        tolerances = ParityTolerances(**{k: v for k, v in given.items() if v is not None})
     except ValidationError as exc:
         _fail_with_error(f"invalid parity options: {exc}")
     _emit(run_parity(url, reference, tolerances, model_id=model), as_json=as_json)

@@ -188,3 +188,18 @@ def test_answers_without_logprobs_are_compared_as_text() -> None:
     )
     assert not other.passed and other.divergence and other.divergence.position == 5
     assert "no logprobs to judge a near-tie" in other.divergence.describe("c")
+
+
+def test_without_a_gap_limit_divergences_are_judged_by_top_k_alone() -> None:
+    # vLLM's check_logprobs_close: each side's token in the other's top-k
+    swap = compare_completion(
+        completion(step(A, FLAT_A)), completion(step(B, FLAT_B)), top_k=5, max_gap=None
+    )
+    assert swap.passed
+    lost = compare_completion(
+        completion(step(A, CONFIDENT_A)),
+        completion(step(B, {B: -0.01, D: -6.0})),
+        top_k=5,
+        max_gap=None,
+    )
+    assert not lost.passed

@@ -1,0 +1,231 @@
+"""Parity tolerances from evidence: benign and harmful variants of a real engine.
+
+Runs llama.cpp (llama-cpp-python's server, SmolLM2-135M-Instruct) as a reference, records a
+golden file from it (the parity prompt set and a ~750-token teacher-forced text), then runs
+the parity gate against each variant, one server at a time:
+
+- benign: the same settings restarted, an f32 KV cache, flash attention, 2 threads, a
+  prompt batch of 8 (numerics change, the model does not);
+- harmful: the zeroed key band (attention keys of 10 layers lose 48 channels: fluent and
+  wrong), a wrong chat template (chat turns only);
+- quantization: an F16 reference against the shipped Q4_1 (with F16 benign and harmful
+  variants beside it, for scale).
+
+For every check it prints each variant's figure, the benign and harmful ranges, and the
+margin between them (the mildest harmful figure over the worst benign one), then the verdict
+of the gate's default tolerances for each variant and the rule that decided it.
+
+    uv run python benchmarks/parity_separation.py [--only-q4] [--top-k 8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import math
+import os
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gates.golden import record_golden_async
+from gates.golden_format import Golden, GoldenSettings
+from gates.parity import ParityResult, collect_candidate, judge
+from gates.prompts import load_prompts
+from gates.settings import ParityTolerances
+from sandbox.engines.llamacpp import LlamaServer, ServerOptions, Variant
+
+REPO = Path(__file__).resolve().parents[1]
+PROMPTS = REPO / "manifests" / "prompts" / "smollm2.jsonl"
+REFERENCE = REPO / "manifests" / "prompts" / "reference-long.txt"
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    kind: str  # "benign", "harmful" or "quantization"
+    variant: Variant
+    options: ServerOptions = field(default_factory=ServerOptions)
+
+
+Q4_CASES = [
+    Case("same settings, restarted", "benign", "q4_1"),
+    Case("f32 KV cache", "benign", "q4_1", ServerOptions(type_k="f32", type_v="f32")),
+    Case("flash attention", "benign", "q4_1", ServerOptions(flash_attn=True)),
+    Case("2 threads", "benign", "q4_1", ServerOptions(n_threads=2)),
+    Case("prompt batch 8", "benign", "q4_1", ServerOptions(n_batch=8)),
+    Case("zeroed key band", "harmful", "q4_1-zkb"),
+    Case("wrong chat template", "harmful", "q4_1", ServerOptions(chat_format="llama-2")),
+]
+F16_CASES = [
+    Case("f16: flash attention", "benign", "f16", ServerOptions(flash_attn=True)),
+    Case("f16 -> q4_1 (quantized)", "quantization", "q4_1"),
+    Case("f16: zeroed key band", "harmful", "f16-zkb"),
+    Case("f16 -> q4_1 zeroed key band", "harmful", "q4_1-zkb"),
+]
+
+
+@dataclass
+class Row:
+    case: Case
+    result: ParityResult  # under the default (same-weights) tolerances
+    quantized: ParityResult  # under the quantized preset
+
+    def figure(self, name: str) -> float | None:
+        f = self.result.figures
+        tf = f.teacher_forced
+        completions = [p for p in f.prompts if p.api == "completions"]
+        chats = [p for p in f.prompts if p.api == "chat"]
+        values: dict[str, float | None] = {
+            "tf mean KL": tf.kl_mean if tf else None,
+            "tf p99 KL": tf.kl_p99 if tf else None,
+            "tf top-1 disagreement": 1 - tf.top_token_agreement if tf else None,
+            "tf |log ppl ratio|": abs(math.log(tf.perplexity_ratio))
+            if tf and tf.perplexity_ratio
+            else None,
+            "greedy tokens differing": 1 - f.n_tokens_identical / max(f.n_tokens_golden, 1),
+            "prompts off top-k at divergence": _share(
+                [p for p in completions if p.divergence],
+                lambda p: not p.divergence.in_each_others_top_k,
+            ),
+            "max gap at divergence (nats)": max(
+                (_max_gap(p) for p in f.prompts if p.divergence and _max_gap(p) is not None),
+                default=0.0,
+            ),
+            "chat prompts with another template": float(sum(p.template_differs for p in chats)),
+        }
+        return values[name]
+
+
+CHECKS = [
+    "tf mean KL",
+    "tf p99 KL",
+    "tf top-1 disagreement",
+    "tf |log ppl ratio|",
+    "greedy tokens differing",
+    "prompts off top-k at divergence",
+    "max gap at divergence (nats)",
+    "chat prompts with another template",
+]
+
+
+def _share(items: list, predicate) -> float:  # type: ignore[no-untyped-def]
+    return sum(1 for i in items if predicate(i)) / len(items) if items else 0.0
+
+
+def _max_gap(p) -> float | None:  # type: ignore[no-untyped-def]
+    gaps = [g for g in (p.divergence.golden_gap, p.divergence.candidate_gap) if g is not None]
+    return max(gaps) if gaps else None
+
+
+async def record(server: LlamaServer, top_k: int) -> Golden:
+    settings = GoldenSettings(
+        top_k=top_k,
+        prompts=load_prompts(PROMPTS),
+        reference_text=REFERENCE.read_text(),
+        probe_prompt=REFERENCE.read_text(),
+    )
+    return await record_golden_async(server.url, model_id=None, settings=settings)
+
+
+def golden_from(reference: Variant, logs: Path, top_k: int) -> Golden:
+    with LlamaServer(reference, ServerOptions(), log_dir=logs) as server:
+        start = time.perf_counter()
+        golden = asyncio.run(record(server, top_k))
+    print(
+        f"golden from {reference}: {len(golden.outputs.reference or [])} teacher-forced "
+        f"positions, {sum(len(c.steps) for c in golden.outputs.completions)} greedy tokens "
+        f"({time.perf_counter() - start:.1f} s)",
+        flush=True,
+    )
+    return golden
+
+
+def run_case(case: Case, golden: Golden, logs: Path) -> Row:
+    """One candidate server against the golden; each request at concurrency 1 (its own
+    server), several candidates side by side in threads."""
+    with LlamaServer(case.variant, case.options, log_dir=logs) as server:
+        start = time.perf_counter()
+        candidate = asyncio.run(collect_candidate(server.url, golden, model_id=golden.model_id))
+    result = judge(golden, candidate, ParityTolerances())
+    quantized = judge(golden, candidate, ParityTolerances(preset="quantized"))
+    print(
+        f"  {case.name:<28} {case.kind:<12} verdict {result.verdict:<10} "
+        f"(as a quantization: {quantized.verdict}) ({time.perf_counter() - start:.1f} s)",
+        flush=True,
+    )
+    return Row(case, result, quantized)
+
+
+def print_table(title: str, rows: list[Row]) -> None:
+    print(f"\n## {title}\n")
+    names = [r.case.name for r in rows]
+    print("| check | " + " | ".join(names) + " | benign max | harmful min | margin |")
+    print("|---|" + "---|" * (len(names) + 3))
+    for check in CHECKS:
+        values = [r.figure(check) for r in rows]
+        benign = [
+            v
+            for r, v in zip(rows, values, strict=True)
+            if r.case.kind == "benign" and v is not None
+        ]
+        # a harmful variant a check cannot see (a chat template, for teacher forcing) is
+        # another check's job: the margin is taken over the harmful variants it does see
+        harmful = [v for r, v in zip(rows, values, strict=True) if r.case.kind == "harmful" and v]
+        worst, mildest = (max(benign) if benign else None), (min(harmful) if harmful else None)
+        margin = "n/a"
+        if worst is not None and mildest is not None:
+            margin = f"{mildest / worst:.1f}x" if worst > 0 else ("inf" if mildest > 0 else "none")
+        cells = " | ".join(_fmt(v) for v in values)
+        print(f"| {check} | {cells} | {_fmt(worst)} | {_fmt(mildest)} | {margin} |")
+    print("\n| variant | kind | same-weights verdict | deciding finding | as a quantization |")
+    print("|---|---|---|---|---|")
+    for r in rows:
+        finding = (r.result.evidence or [r.result.reason])[0].replace("|", "/")[:110]
+        print(
+            f"| {r.case.name} | {r.case.kind} | {r.result.verdict} | {finding} "
+            f"| {r.quantized.verdict} |"
+        )
+
+
+def _fmt(value: float | None) -> str:
+    if value is None:
+        return "n/a"
+    return f"{value:.3g}" if value else "0"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--only-q4", action="store_true", help="skip the F16 reference")
+    parser.add_argument("--top-k", type=int, default=8, help="logprobs per position")
+    parser.add_argument("--parallel", type=int, default=1, help="servers run side by side")
+    args = parser.parse_args()
+    load = os.getloadavg()
+    print(f"machine: {os.cpu_count()} cores, load average {load[0]:.2f} {load[1]:.2f}")
+    references: list[Variant] = ["q4_1"] if args.only_q4 else ["q4_1", "f16"]
+    with (
+        tempfile.TemporaryDirectory(prefix="parity-bench-") as tmp,
+        ThreadPoolExecutor(args.parallel) as pool,
+    ):
+        logs = Path(tmp)
+        goldens = dict(
+            zip(
+                references,
+                pool.map(lambda v: golden_from(v, logs, args.top_k), references),
+                strict=True,
+            )
+        )
+        jobs = [(c, goldens["q4_1"]) for c in Q4_CASES]
+        jobs += [(c, goldens["f16"]) for c in F16_CASES if "f16" in goldens]
+        rows = list(pool.map(lambda job: run_case(job[0], job[1], logs), jobs))
+    print_table("Q4_1 reference (f16 KV cache, 1 thread)", rows[: len(Q4_CASES)])
+    if "f16" in goldens:
+        print_table("F16 reference", rows[len(Q4_CASES) :])
+    load = os.getloadavg()
+    print(f"\nload average after: {load[0]:.2f} {load[1]:.2f}")
+
+
+if __name__ == "__main__":
+    main()
