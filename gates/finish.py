@@ -54,8 +54,12 @@ def check_complete(record: RequestRecord, *, done: bool) -> str | None:
     if not done:
         return f"stream closed without [DONE] after {events} token events"
     if record.n_out is None:
-        # Flagged fallback: one token per event is only a guess when usage is missing.
-        record.n_out, record.n_out_source = events, "events"
+        # Flagged fallback: one token per event is only a guess when usage is missing; a
+        # "length" finish says the answer reached max_tokens (llama.cpp sends no usage and
+        # may carry several tokens in one event).
+        length = record.finish_reason == "length" and record.expected_tokens is not None
+        record.n_out = record.expected_tokens if length else events
+        record.n_out_source = "events"
     if events == 0:
         return "stream finished without a single token event"
     if record.ended_early:

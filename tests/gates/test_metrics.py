@@ -111,3 +111,12 @@ def test_an_answer_the_model_ended_is_not_a_failure(
     if fragment:
         assert fragment in error
     assert record.ended_early is (finish_reason == "stop")
+
+
+def test_a_length_finish_without_usage_counts_max_tokens() -> None:
+    # llama.cpp sends no usage and may put two tokens in one event: "length" says how many
+    record = RequestRecord(
+        index=0, token_times_ns=[1, 2, 3], expected_tokens=4, finish_reason="length"
+    )
+    assert check_complete(record, done=True) is None
+    assert (record.n_out, record.n_out_source) == (4, "events")

@@ -130,7 +130,9 @@ def test_cli_golden_and_every_gate_on_the_real_server(llamacpp: ServerPool, tmp_
     model = Golden.load(golden_file).model_id
     smoke = runner.invoke(app, ["gate", "smoke", "--url", live.url, "--model", model])
     assert smoke.exit_code == 0, smoke.output
-    with LlamaServer("q4_1", ServerOptions(flash_attn=True), log_dir=tmp_path) as candidate:
+    # a twin of the live server: the short built-in reference text cannot judge a numeric
+    # change (the benchmark's long text does), it only shows the commands work end to end
+    with LlamaServer("q4_1", ServerOptions(), log_dir=tmp_path) as candidate:
         parity = runner.invoke(
             app, ["gate", "parity", "--url", candidate.url, "--golden", str(golden_file)]
         )
