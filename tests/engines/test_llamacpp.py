@@ -69,4 +69,5 @@ def test_a_server_that_cannot_start_says_why(tmp_path: Path) -> None:
     # llama.cpp needs flash attention for a quantized V cache: the context is refused.
     options = ServerOptions(type_v="q4_0", flash_attn=False)
     with pytest.raises(EngineStartError, match=r"(?s)exited during start-up.*llama_context"):
-        LlamaServer("q4_1", options, log_dir=tmp_path)
+        with LlamaServer("q4_1", options, log_dir=tmp_path):  # stopped should it start
+            pass
