@@ -46,6 +46,7 @@ from flows.webhook.specs import HandoffTarget, SpecIndex, index_specs
 
 log = logging.getLogger("handoff.webhook")
 MAX_BODY_BYTES = 5 * 1024 * 1024
+MAX_HEADER_BYTES = 16 * 1024
 LOG_CHARS = 300  # a logged detail is clipped: payload values in it may be long
 
 
@@ -119,6 +120,9 @@ def create_app(settings: RelaySettings) -> Starlette:
     in_flight = [0]  # deliveries being processed (the event loop alone counts them)
 
     async def hook(request: Request) -> JSONResponse:
+        header_bytes = sum(len(k) + len(v) + 4 for k, v in request.scope["headers"])
+        if header_bytes > MAX_HEADER_BYTES:  # h11 caps headers only while they arrive
+            return _reply(400, "malformed", f"headers over {MAX_HEADER_BYTES} bytes", close=True)
         try:
             async with body_of(
                 request,

@@ -18,6 +18,10 @@ import uuid
 from typing import Any
 
 import httpx
+
+# Imported with this module, not on the first emit: importing Prefect takes seconds and
+# holds the import lock, which would stall a relay's every thread in mid-delivery.
+from prefect.settings import get_current_settings
 from pydantic import BaseModel
 
 MERGE_EVENT = "handoff.merge"
@@ -96,8 +100,6 @@ def build_event(merge: MergeEvent, *, occurred: dt.datetime) -> dict[str, Any]:
 
 def _auth_headers() -> dict[str, str]:
     """The credentials the local Prefect settings carry (API key or basic auth string)."""
-    from prefect.settings import get_current_settings
-
     api = get_current_settings().api
     if api.key:
         return {"Authorization": f"Bearer {api.key.get_secret_value()}"}

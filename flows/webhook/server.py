@@ -6,7 +6,8 @@ is held forever) and takes any number of connections. Here:
 
 - headers: from the connection's start, and again after each response, the next
   request's headers must be complete within `header_timeout_s`, else the connection is
-  closed; they may take 16 KiB at most (larger: 400, from h11);
+  closed; they may take 16 KiB at most (h11 answers 400 to headers still incomplete
+  at that size, the app to complete ones over it);
 - connections: one beyond `max_connections` is answered 503 and closed at once;
 - idle keep-alive: closed after `keep_alive_s`.
 
@@ -17,15 +18,16 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import socket
 
 import h11
 import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from flows.webhook.app import RelaySettings, create_app
+from flows.webhook.app import MAX_HEADER_BYTES, RelaySettings, create_app
 
-MAX_HEADER_BYTES = 16 * 1024
+log = logging.getLogger("handoff.webhook")
 
 
 def _busy_answer(max_connections: int) -> bytes:
@@ -53,6 +55,7 @@ def protocol_for(settings: RelaySettings) -> type[H11Protocol]:
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
             if len(self.connections) > cap:
+                log.warning("503 busy: %d connections open, the cap", len(self.connections) - 1)
                 self._refused = True
                 transport.write(busy)
                 transport.close()
@@ -87,6 +90,7 @@ def protocol_for(settings: RelaySettings) -> type[H11Protocol]:
         def _headers_late(self) -> None:
             self._header_timer = None
             if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
+                log.info("connection closed: no request headers within %g s", header_timeout_s)
                 self.transport.close()
 
     return RelayProtocol
