@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,6 +51,13 @@ class Kube:
 
     api: client.ApiClient
     in_cluster: bool = False
+    # Called before every write (not dry-runs): raises to stop a run that may no longer
+    # write, e.g. one whose Lease was lost (flows/lease.py).
+    fence: Callable[[], None] | None = None
+
+    def check_fence(self) -> None:
+        if self.fence is not None:
+            self.fence()
 
     @property
     def core(self) -> client.CoreV1Api:

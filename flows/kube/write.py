@@ -10,13 +10,17 @@ from collections.abc import Callable
 from typing import Any
 
 from flows.kube.client import FIELD_MANAGER, Conflict, Kube, NotFound, mapped
+from flows.kube.objects import ServiceSnapshot
 
 APPLY_PATCH = "application/apply-patch+yaml"
 MERGE_PATCH = "application/merge-patch+json"
 CONFLICT_RETRIES = 5
 
 
-def _dry(dry_run: bool) -> str | None:
+def _dry(kube: Kube, dry_run: bool) -> str | None:
+    """The dryRun parameter; a real write first passes the run's fence."""
+    if not dry_run:
+        kube.check_fence()
     return "All" if dry_run else None
 
 
@@ -58,7 +62,7 @@ def _create_deployment(kube: Kube, body: dict[str, Any], *, dry_run: bool) -> di
             body,
             field_manager=FIELD_MANAGER,
             force=True,
-            dry_run=_dry(dry_run),
+            dry_run=_dry(kube, dry_run),
             _content_type=APPLY_PATCH,
         )
     return kube.api.sanitize_for_serialization(result)  # type: ignore[no-any-return]
@@ -77,7 +81,7 @@ def _put_spec(
             meta["name"],
             meta["namespace"],
             body,
-            dry_run=_dry(dry_run),
+            dry_run=_dry(kube, dry_run),
             field_manager=FIELD_MANAGER,
         )
     return kube.api.sanitize_for_serialization(result)  # type: ignore[no-any-return]
@@ -91,7 +95,7 @@ def scale_deployment(
             name,
             namespace,
             {"spec": {"replicas": replicas}},
-            dry_run=_dry(dry_run),
+            dry_run=_dry(kube, dry_run),
             _content_type=MERGE_PATCH,
         )
 
@@ -147,7 +151,7 @@ def patch_service(
             name,
             namespace,
             patch,
-            dry_run=_dry(dry_run),
+            dry_run=_dry(kube, dry_run),
             field_manager=FIELD_MANAGER,
             _content_type=MERGE_PATCH,
         )
@@ -164,6 +168,7 @@ def record_event(
     reason: str,
     message: str,
     warning: bool = False,
+    dry_run: bool = False,
 ) -> None:
     """An Event on the object, as `kubectl describe` shows it."""
     now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -186,7 +191,7 @@ def record_event(
         "count": 1,
     }
     with mapped(f"record event {reason} on {kind} {namespace}/{name}"):
-        kube.core.create_namespaced_event(namespace, body)
+        kube.core.create_namespaced_event(namespace, body, dry_run=_dry(kube, dry_run))
 
 
 def apply_manifest(kube: Kube, body: dict[str, Any], *, dry_run: bool = False) -> None:
@@ -206,16 +211,19 @@ def apply_manifest(kube: Kube, body: dict[str, Any], *, dry_run: bool = False) -
             namespace=meta.get("namespace"),
             field_manager=FIELD_MANAGER,
             force_conflicts=True,
-            dry_run=_dry(dry_run),
+            dry_run=_dry(kube, dry_run),
         )
 
 
-def delete_deployment(kube: Kube, namespace: str, name: str) -> None:
+def delete_deployment(kube: Kube, namespace: str, name: str, *, dry_run: bool = False) -> None:
     """Delete a Deployment (its ReplicaSets and pods follow); absent is fine."""
     try:
         with mapped(f"delete Deployment {namespace}/{name}"):
             kube.apps.delete_namespaced_deployment(
-                name, namespace, body={"propagationPolicy": "Background"}
+                name,
+                namespace,
+                body={"propagationPolicy": "Background"},
+                dry_run=_dry(kube, dry_run),
             )
     except NotFound:
         pass
@@ -235,22 +243,49 @@ def update_service_annotations(
     or None when nothing needs writing. A 409 re-reads and computes again. Returns
     whether a write was made; raises Conflict if the Service kept changing.
     """
+
+    def changes(service: ServiceSnapshot) -> dict[str, Any] | None:
+        annotations = compute(service.annotations)
+        return None if annotations is None else {"annotations": annotations}
+
+    return _read_modify_write(kube, namespace, name, changes, retries=retries)[1]
+
+
+def update_service_selector(
+    kube: Kube, namespace: str, name: str, target: dict[str, str], *, retries: int = 5
+) -> ServiceSnapshot:
+    """Set a Service's selector to exactly `target`, computed from a fresh read and
+    guarded by its resourceVersion (a 409 re-reads). Returns the Service as read before
+    the write (its selector is the previous one); a Service already on target is left."""
+
+    def changes(service: ServiceSnapshot) -> dict[str, Any] | None:
+        return None if service.selector == target else {"selector": (service.selector, target)}
+
+    return _read_modify_write(kube, namespace, name, changes, retries=retries)[0]
+
+
+def _read_modify_write(
+    kube: Kube,
+    namespace: str,
+    name: str,
+    compute: Callable[[ServiceSnapshot], dict[str, Any] | None],
+    *,
+    retries: int,
+) -> tuple[ServiceSnapshot, bool]:
+    """Patch the Service with compute(fresh read) under that read's resourceVersion; a
+    409 reads and computes again. Returns (the Service as read, whether it was written)."""
     from flows.kube.read import read_service
 
     for _ in range(retries):
         service = read_service(kube, namespace, name)
-        changes = compute(service.annotations)
+        changes = compute(service)
         if changes is None:
-            return False
+            return service, False
         try:
             patch_service(
-                kube,
-                namespace,
-                name,
-                resource_version=service.resource_version,
-                annotations=changes,
+                kube, namespace, name, resource_version=service.resource_version, **changes
             )
-            return True
+            return service, True
         except Conflict:
             continue
     raise Conflict(f"Service {namespace}/{name} kept changing: {retries} writes refused (409)")
