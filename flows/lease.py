@@ -3,24 +3,42 @@
 The holder renews it from a background thread; a run that dies stops renewing and
 the Lease expires after LEASE_S, so a rerun can take over. A second handoff for the
 same Service while the Lease is live is refused at once.
+
+Renewal rides out an API server that is down or failing (5xx, timeouts), retrying
+with backoff until the Lease would expire by this run's own clock. From then on
+another run may hold it, so it is lost for good; it is lost as well when a renewal
+finds another holder or another leaseTransitions count. `check()` raises LeaseLost
+once it is lost; the run's writes pass through it (the fence), so the run stops
+writing.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import os
+import random
 import threading
 import time
 from types import TracebackType
+from typing import Any
 
-from flows.errors import PermanentError
+from flows.backoff import compute_delay
+from flows.errors import HandoffError, PermanentError, TransientError
 from flows.kube.client import Conflict, Kube, NotFound, mapped
 
 LEASE_S = int(os.environ.get("HANDOFF_LEASE_S", "30"))
+# Writing stops this share of LEASE_S early: a taker's clock and a renewal's round trip
+# may each be off by a little.
+SAFETY = 0.1
 
 
 class HandoffInProgress(PermanentError):
     """Another handoff holds this Service's Lease."""
+
+
+class LeaseLost(PermanentError):
+    """This run no longer holds the Service's Lease; it must not write again."""
 
 
 class _HeldByResumable(Exception):
@@ -39,6 +57,17 @@ def lease_name(service: str) -> str:
     return f"handoff-{service}"
 
 
+def read_holder(kube: Kube, namespace: str, service: str) -> str | None:
+    """The holder of the Service's Lease; None when there is no Lease. A refusal or an
+    outage raises: it says nothing about whether another run holds the Service."""
+    try:
+        with mapped(f"read Lease {namespace}/{lease_name(service)}"):
+            lease = kube.coordination.read_namespaced_lease(lease_name(service), namespace)
+    except NotFound:
+        return None
+    return str(lease.spec.holder_identity or "") or None
+
+
 class ServiceLease:
     """`with ServiceLease(kube, ns, svc, holder):` holds the Lease for the block."""
 
@@ -55,6 +84,9 @@ class ServiceLease:
         its Lease is waited out (it expires if that run died) instead of refused."""
         self.kube, self.namespace, self.name = kube, namespace, lease_name(service)
         self.holder, self.wait_for = holder, wait_for
+        self.lost: str | None = None
+        self._valid_until = 0.0  # time.monotonic() until which the Lease is surely ours
+        self._transitions = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._renew_loop, daemon=True, name=self.name)
 
@@ -66,7 +98,32 @@ class ServiceLease:
     def __exit__(self, *exc: type[BaseException] | BaseException | TracebackType | None) -> None:
         self._stop.set()
         self._thread.join(timeout=5)
-        self.release()
+        if exc[0] is None:
+            self.release()
+            return
+        # Do not hide the run's own error: an unreleased Lease expires by itself.
+        with contextlib.suppress(HandoffError):
+            self.release()
+
+    def check(self) -> None:
+        """Raise LeaseLost unless this run still holds the Lease (the fence of its writes)."""
+        if self.lost is None and time.monotonic() >= self._valid_until:
+            self._lose(f"not renewed for {LEASE_S * (1 - SAFETY):.1f} s")
+        if self.lost is not None:
+            raise LeaseLost(self.lost)
+
+    def _lose(self, why: str) -> None:
+        if self.lost is None:
+            self.lost = (
+                f"handoff {self.holder} lost Lease {self.namespace}/{self.name}: {why}; it "
+                "stopped writing. Another run may hold the Service now: see its "
+                "handoff.dev/ledger annotation, and run `handoff run` again to resume (or "
+                "`handoff rollback`) once no other run holds the Lease"
+            )
+
+    def _held(self, since: float, transitions: int) -> None:
+        self._valid_until = since + LEASE_S * (1 - SAFETY)
+        self._transitions = transitions
 
     def _spec(self) -> dict[str, object]:
         return {
@@ -93,10 +150,15 @@ class ServiceLease:
 
     def _try_acquire(self) -> None:
         api = self.kube.coordination
-        body = {"metadata": {"name": self.name, "namespace": self.namespace}, "spec": self._spec()}
+        body: dict[str, Any] = {
+            "metadata": {"name": self.name, "namespace": self.namespace},
+            "spec": {**self._spec(), "leaseTransitions": 0},
+        }
+        started = time.monotonic()
         try:
             with mapped(f"create Lease {self.namespace}/{self.name}"):
                 api.create_namespaced_lease(self.namespace, body)
+            self._held(started, 0)
             return
         except Conflict:
             pass
@@ -118,19 +180,58 @@ class ServiceLease:
                 f"(Lease {self.name} renewed until {expires:%H:%M:%S}Z); "
                 "wait for it to finish, or for its Lease to expire if that run died"
             )
+        # Every change of holder counts, so a run that lost the Lease can tell.
+        transitions = (spec.lease_transitions or 0) + (spec.holder_identity != self.holder)
+        body["spec"]["leaseTransitions"] = transitions
         body["metadata"]["resourceVersion"] = lease.metadata.resource_version
         with mapped(f"take over Lease {self.namespace}/{self.name}"):
             api.replace_namespaced_lease(self.name, self.namespace, body)
+        self._held(started, transitions)
 
     def _renew_loop(self) -> None:
-        while not self._stop.wait(LEASE_S / 3):
-            try:
-                with mapped(f"renew Lease {self.namespace}/{self.name}"):
-                    self.kube.coordination.patch_namespaced_lease(
-                        self.name, self.namespace, {"spec": {"renewTime": _micro(_now())}}
-                    )
-            except PermanentError:
+        """Renew every LEASE_S/3; on a transient error retry sooner, with backoff, until
+        the Lease would expire; then (or on a refusal, or another holder) it is lost."""
+        interval, attempt, delay = LEASE_S / 3, 0, LEASE_S / 3
+        last_error = ""
+        while not self._stop.wait(delay):
+            started = time.monotonic()
+            if started >= self._valid_until:
+                self._lose(f"not renewed for {LEASE_S * (1 - SAFETY):.1f} s ({last_error})")
+            if self.lost is not None:
                 return
+            try:
+                self._renew()
+                self._held(started, self._transitions)
+                attempt, delay = 0, interval
+            except TransientError as exc:
+                last_error = str(exc)
+                left = max(0.0, self._valid_until - time.monotonic())
+                delay = min(
+                    compute_delay(attempt, first_s=0.2, cap_s=interval, u=random.random()), left
+                )
+                attempt += 1
+            except PermanentError as exc:
+                self._lose(f"renewal refused: {exc}")
+                return
+
+    def _renew(self) -> None:
+        """Read the Lease; if it is still this run's (holder and transitions), write a new
+        renewTime under its resourceVersion (a 409 means someone else wrote it)."""
+        api, timeout = self.kube.coordination, LEASE_S / 3
+        where = f"{self.namespace}/{self.name}"
+        with mapped(f"read Lease {where}"):
+            lease = api.read_namespaced_lease(self.name, self.namespace, _request_timeout=timeout)
+        holder, transitions = lease.spec.holder_identity, lease.spec.lease_transitions or 0
+        if holder != self.holder or transitions != self._transitions:
+            self._lose(
+                f"it is held by {holder} now (leaseTransitions {transitions}, "
+                f"this run took it at {self._transitions})"
+            )
+            raise LeaseLost(self.lost or "")
+        body = self.kube.api.sanitize_for_serialization(lease)
+        body["spec"]["renewTime"] = _micro(_now())
+        with mapped(f"renew Lease {where}"):
+            api.replace_namespaced_lease(self.name, self.namespace, body, _request_timeout=timeout)
 
     def release(self) -> None:
         """Delete the Lease if this run still holds it (a takeover keeps it)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -18,7 +19,7 @@ from prefect.runtime import flow_run
 
 from flows.image import PinnedImage
 from flows.kube.client import connect
-from flows.lease import ServiceLease
+from flows.lease import ServiceLease, read_holder
 from flows.plan import make_plan
 from flows.progress import HandoffRun, now_iso
 from flows.record import HandoffRecord, Trigger, record
@@ -43,28 +44,18 @@ def begin(spec_file: str, *, kubeconfig: str | None) -> Iterator[HandoffRun]:
     pending = unfinished(kube, spec)
     holder = _run_id()
     resuming = pending is not None and pending.spec == spec.name
+    wait_for = read_holder(kube, spec.namespace, spec.service) if resuming else None
     with (
         service_slot(spec.namespace, spec.service, resuming=resuming),
-        ServiceLease(
-            kube, spec.namespace, spec.service, holder, wait_for=_lease_holder(kube, spec, pending)
-        ),
+        ServiceLease(kube, spec.namespace, spec.service, holder, wait_for=wait_for) as lease,
     ):
-        run = start_or_resume(kube, spec, plan, run_id=holder)
+        # Every write of the run passes the Lease's fence: a lost Lease stops it.
+        fenced = dataclasses.replace(kube, fence=lease.check)
+        run = start_or_resume(fenced, spec, plan, run_id=holder)
         progress = create_progress_artifact(progress=0.0, description=f"handoff {spec.name}")
         run.evidence["progress_hook"] = lambda pct: update_progress_artifact(progress, pct)
         yield run
     kube.close()
-
-
-def _lease_holder(kube, spec, pending) -> str | None:  # type: ignore[no-untyped-def]
-    """The holder of the Lease of an unfinished run of this spec, to wait out."""
-    if pending is None or pending.spec != spec.name:
-        return None
-    try:
-        lease = kube.coordination.read_namespaced_lease(f"handoff-{spec.service}", spec.namespace)
-    except Exception:
-        return None
-    return str(lease.spec.holder_identity or "") or None
 
 
 def finish(run: HandoffRun, trigger: Trigger | None) -> HandoffRecord:

@@ -8,12 +8,15 @@ start is named with the tail of its log. `stop` stops exactly the recorded proce
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 import ssl
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+import yaml
 from pydantic import BaseModel
 
 from sandbox import procs
@@ -45,6 +48,7 @@ class ControlPlane(BaseModel):
     kubelet_kubeconfig: Path
     ca_crt: Path
     processes: list[procs.ProcessRecord]
+    apiserver_argv: list[str] = []
 
     def is_running(self) -> bool:
         return all(procs.is_alive(p) for p in self.processes)
@@ -178,13 +182,14 @@ def start(run_dir: Path, extra_args: dict[str, list[str]] | None = None) -> Cont
         user="admin",
         token=tokens["admin"],
     )
+    apiserver = [*_apiserver_argv(pki, etc, etcd_port, api_port), *extra.get("kube-apiserver", [])]
     started: list[procs.ProcessRecord] = []
     try:
         for name, argv in (
-            ("etcd", _etcd_argv(run_dir / "etcd", etcd_port, peer_port)),
-            ("kube-apiserver", _apiserver_argv(pki, etc, etcd_port, api_port)),
+            ("etcd", [*_etcd_argv(run_dir / "etcd", etcd_port, peer_port), *extra.get("etcd", [])]),
+            ("kube-apiserver", apiserver),
         ):
-            started.append(procs.spawn(name, [*argv, *extra.get(name, [])], logs / f"{name}.log"))
+            started.append(procs.spawn(name, argv, logs / f"{name}.log"))
         _wait_ready(server, pki.ca_crt, tokens["admin"], started)
         for name, argv in (
             ("kube-controller-manager", _controller_argv(pki, etc, cm_port)),
@@ -202,6 +207,7 @@ def start(run_dir: Path, extra_args: dict[str, list[str]] | None = None) -> Cont
         kubelet_kubeconfig=configs["kubelet"],
         ca_crt=pki.ca_crt,
         processes=started,
+        apiserver_argv=apiserver,
     )
 
 
@@ -225,3 +231,24 @@ def _raise_if_dead(started: list[procs.ProcessRecord]) -> None:
 def stop(plane: ControlPlane) -> list[str]:
     """Stop the recorded processes, newest first; return the names that were running."""
     return [p.name for p in reversed(plane.processes) if procs.stop(p)]
+
+
+@contextlib.contextmanager
+def apiserver_outage(plane: ControlPlane) -> Iterator[None]:
+    """The kube-apiserver killed (SIGKILL, as a crash) for the block, then started again
+    with the same flags, port and etcd data; returns once /readyz answers. The plane's
+    process record is updated, so `stop` finds the new process."""
+    index, record = next(
+        (i, p) for i, p in enumerate(plane.processes) if p.name == "kube-apiserver"
+    )
+    procs.stop(record, grace_s=0)
+    try:
+        yield
+    finally:
+        fresh = procs.spawn(record.name, plane.apiserver_argv, record.log)
+        plane.processes[index] = fresh
+        _wait_ready(plane.server, plane.ca_crt, _admin_token(plane.kubeconfig), [fresh])
+
+
+def _admin_token(kubeconfig: Path) -> str:
+    return str(yaml.safe_load(kubeconfig.read_text())["users"][0]["user"]["token"])

@@ -1,0 +1,113 @@
+"""The Service's Lease against a real kube-apiserver that is killed and started again:
+renewal rides out an outage shorter than the Lease; an outage longer than the Lease
+loses it, and from then on the run's writes are refused (fenced) even after the API
+server is back and another run has taken the Lease. Reading the holder tells "no
+Lease" from "cannot tell" (refused, or no API server)."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import time
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from kubernetes import client
+
+from flows import lease as lease_module
+from flows.kube import write
+from flows.kube.client import Forbidden, Kube, KubeUnavailable, connect
+from flows.lease import LeaseLost, ServiceLease, lease_name, read_holder
+from sandbox import controlplane
+
+pytestmark = pytest.mark.timeout(240)
+SERVICE = "clients"
+
+
+@pytest.fixture(scope="module")
+def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[controlplane.ControlPlane]:
+    """A control plane of this module's own: killing its API server disturbs no other test."""
+    started = controlplane.start(tmp_path_factory.mktemp("cp"))
+    yield started
+    controlplane.stop(started)
+
+
+@pytest.fixture
+def admin(plane: controlplane.ControlPlane) -> Iterator[Kube]:
+    kube = connect(plane.kubeconfig)
+    yield kube
+    kube.close()
+
+
+@pytest.fixture
+def ns(admin: Kube) -> str:
+    """A fresh namespace holding the Service handed off."""
+    namespace = f"lease-{uuid.uuid4().hex[:6]}"
+    admin.core.create_namespace({"metadata": {"name": namespace}})
+    admin.core.create_namespaced_service(
+        namespace, {"metadata": {"name": SERVICE}, "spec": {"ports": [{"port": 80}]}}
+    )
+    return namespace
+
+
+def _renewed_at(kube: Kube, ns: str) -> dt.datetime:
+    lease = kube.coordination.read_namespaced_lease(lease_name(SERVICE), ns)
+    return lease.spec.renew_time  # type: ignore[no-any-return]
+
+
+def test_renewal_rides_out_an_outage_shorter_than_the_lease(
+    plane: controlplane.ControlPlane, admin: Kube, ns: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(lease_module, "LEASE_S", 40)
+    with ServiceLease(admin, ns, SERVICE, "run-a") as held:
+        # Longer than one renewal interval (LEASE_S/3), so a renewal fails in it.
+        with controlplane.apiserver_outage(plane):
+            time.sleep(15)
+        back = dt.datetime.now(dt.UTC)
+        deadline = time.monotonic() + 40
+        while _renewed_at(admin, ns) <= back and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert _renewed_at(admin, ns) > back, (
+            "the Lease was not renewed after the API server came back"
+        )
+        held.check()  # still ours: writing goes on
+        assert held.lost is None
+    assert read_holder(admin, ns, SERVICE) is None, "released at the end"
+
+
+def test_an_outage_longer_than_the_lease_stops_the_run_writing(
+    plane: controlplane.ControlPlane, admin: Kube, ns: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(lease_module, "LEASE_S", 6)
+    with ServiceLease(admin, ns, SERVICE, "run-a") as held:
+        run_a = dataclasses.replace(admin, fence=held.check)
+        write.patch_service(run_a, ns, SERVICE, resource_version=None, annotations={"a": "1"})
+        with controlplane.apiserver_outage(plane):
+            time.sleep(8)
+        # Another run finds the Lease expired and takes the Service over.
+        with ServiceLease(admin, ns, SERVICE, "run-b"):
+            before = admin.core.read_namespaced_service(SERVICE, ns)
+            with pytest.raises(LeaseLost, match="lost Lease"):
+                write.patch_service(
+                    run_a, ns, SERVICE, resource_version=None, annotations={"a": "2"}
+                )
+            with pytest.raises(LeaseLost):
+                write.scale_deployment(run_a, ns, "anything", 0)
+            time.sleep(3)  # a renewal round of run A, had it kept renewing
+            after = admin.core.read_namespaced_service(SERVICE, ns)
+            assert after.metadata.resource_version == before.metadata.resource_version
+            assert read_holder(admin, ns, SERVICE) == "run-b"
+            assert held.lost
+
+
+def test_reading_the_holder_tells_absent_from_unknown(
+    plane: controlplane.ControlPlane, admin: Kube, ns: str
+) -> None:
+    assert read_holder(admin, ns, SERVICE) is None
+    stranger = client.ApiClient(admin.api.configuration)
+    stranger.set_default_header("Impersonate-User", "someone-without-rights")
+    with pytest.raises(Forbidden):
+        read_holder(Kube(stranger), ns, SERVICE)
+    with controlplane.apiserver_outage(plane), pytest.raises(KubeUnavailable):
+        read_holder(admin, ns, SERVICE)
