@@ -32,13 +32,10 @@ def apply_at_zero(run: HandoffRun, image: PinnedImage | None) -> str:
     if run.reached(Phase.APPLIED):
         return run.ledger.revision or revision
     if plan.pin_live_selector:
-        service = plan.service
-        write.patch_service(
-            run.kube,
-            spec.namespace,
-            spec.service,
-            resource_version=None,
-            selector=(service.selector, plan.pin_live_selector),
+        # From a fresh read under its resourceVersion, never the plan's copy: a change
+        # made since then is neither merged into the pin nor overwritten unseen.
+        write.update_service_selector(
+            run.kube, spec.namespace, spec.service, plan.pin_live_selector
         )
     body = render_candidate(
         spec,

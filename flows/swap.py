@@ -42,26 +42,12 @@ def point_service(run: HandoffRun, target: dict[str, str]) -> None:
     """Patch the Service's selector to `target` (409: re-read, retry), then verify it and
     record a SwitchService event. A Service already on `target` is only verified."""
     spec = run.spec
-    for _ in range(_RETRIES):
-        service = read.read_service(run.kube, spec.namespace, spec.service)
-        if service.selector == target:
-            break
-        try:
-            write.patch_service(
-                run.kube,
-                spec.namespace,
-                spec.service,
-                resource_version=service.resource_version,
-                selector=(service.selector, target),
-            )
-            break
-        except Conflict:
-            continue
-    else:
-        raise SwapFailed(
-            f"Service {spec.namespace}/{spec.service} kept changing; "
-            f"selector not switched after {_RETRIES} tries"
+    try:
+        service = write.update_service_selector(
+            run.kube, spec.namespace, spec.service, target, retries=_RETRIES
         )
+    except Conflict as exc:
+        raise SwapFailed(f"{exc}; the selector was not switched") from exc
     verify_service(run, target)
     write.record_event(
         run.kube,

@@ -19,6 +19,7 @@ import yaml
 from kubernetes import client
 
 from flows.kube.client import Kube, connect
+from flows.spec import HandoffSpec, load_spec
 from sandbox.publisher import publish
 from sandbox.seed import (
     ORG,
@@ -125,6 +126,20 @@ def spec_in(namespace: str, name: str, out_dir: Path, **changes: Any) -> Path:
     return path
 
 
+def load_spec_as_run(spec_file: Path, env: dict[str, str]) -> HandoffSpec:
+    """The spec as `handoff run` with env loads it (image overrides, source repos)."""
+    saved = {k: os.environ.get(k) for k in ("HANDOFF_IMAGES", "CANDLE_VLLM_SOURCE")}
+    os.environ.update({k: env[k] for k in saved})
+    try:
+        return load_spec(spec_file)
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
 def handoff_cli(*args: str) -> list[str]:
     return [sys.executable, "-m", "flows.cli", *args]
 
@@ -154,6 +169,27 @@ def start_handoff(spec: Path, env: dict[str, str], *extra: str) -> subprocess.Po
 
 def service(kube: Kube, namespace: str, name: str) -> client.V1Service:
     return kube.core.read_namespaced_service(name, namespace)
+
+
+def await_phase(
+    kube: Kube,
+    namespace: str,
+    name: str,
+    phase: str,
+    process: subprocess.Popen[str],
+    timeout_s: float = 240,
+) -> None:
+    """Wait until the ledger on Service `name` reaches `phase` while `process` runs."""
+    from flows.ledger import parse_ledger
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        ledger = parse_ledger(service(kube, namespace, name).metadata.annotations or {})
+        if ledger is not None and ledger.phase == phase:
+            return
+        assert process.poll() is None, f"the handoff ended before reaching {phase}"
+        time.sleep(0.05)
+    raise AssertionError(f"the handoff never reached {phase}")
 
 
 @pytest.fixture

@@ -16,13 +16,12 @@ from flows.capacity import Strategy
 from flows.kube.client import Kube
 from flows.ledger import ANNOTATION, HISTORY_ANNOTATION, history_entries, parse_ledger
 from flows.plan import make_plan
-from flows.spec import load_spec
 from sandbox.proxy import address_of
 from sandbox.seed import World
 from sandbox.state import SandboxState
 from sandbox.traffic import ClientLoad
 from tests.handoff.ownership import assert_runs_exactly_the_candidate, users_changed_the_coder
-from tests.world import ROOT, run_handoff, service, spec_in
+from tests.world import ROOT, load_spec_as_run, run_handoff, service, spec_in
 
 
 def test_coder_goes_in_place_within_declared_downtime(
@@ -43,7 +42,7 @@ def test_coder_goes_in_place_within_declared_downtime(
         tmp_path,
         gates={"latency": {"slo": {"tpot_ms": 500, "ttft_ms": 10000}}},
     )
-    plan = make_plan(kube, _load(spec_file, handoff_env))
+    plan = make_plan(kube, load_spec_as_run(spec_file, handoff_env))
     assert plan.strategy is Strategy.IN_PLACE and plan.downtime_bound_s
     cluster_ip = service(kube, seeded, "coder-predictor").spec.cluster_ip
     url = "http://" + address_of(sandbox.run_dir, seeded, "coder-predictor", 80)
@@ -85,18 +84,3 @@ def test_no_room_anywhere_is_refused_with_nothing_written(
     assert HISTORY_ANNOTATION not in (after.metadata.annotations or {})
     deployment = kube.apps.read_namespaced_deployment("candle-vllm", seeded)
     assert deployment.spec.template.spec.containers[0].resources.limits["nvidia.com/gpu"] == "1"
-
-
-def _load(spec_file: Path, env: dict[str, str]):  # type: ignore[no-untyped-def]
-    import os
-
-    saved = {k: os.environ.get(k) for k in ("HANDOFF_IMAGES", "CANDLE_VLLM_SOURCE")}
-    os.environ.update({k: env[k] for k in saved})
-    try:
-        return load_spec(spec_file)
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
