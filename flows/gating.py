@@ -17,7 +17,7 @@ from pydantic import BaseModel
 from flows.capacity import Strategy
 from flows.errors import GateFailed
 from flows.kube import read
-from flows.kube.portforward import pod_url
+from flows.kube.portforward import Forward, pod_forward, problems_note
 from flows.ledger import Phase
 from flows.progress import HandoffRun
 from gates.golden_format import Golden
@@ -38,6 +38,8 @@ class Evidence(BaseModel):
     image: str | None
     gates: list[GateSummary]
     sha256: str
+    # Failed port-forward connections while measuring: a gate's failure may be theirs.
+    port_forward_problems: list[str] = []
 
     @property
     def passed(self) -> bool:
@@ -45,11 +47,16 @@ class Evidence(BaseModel):
 
     def markdown(self) -> str:
         head = f"**Image:** `{self.image}`  \n**Evidence sha256:** `{self.sha256}`\n"
-        return head + "\n".join(f"\n### {g.name}: {g.verdict}\n{g.markdown}" for g in self.gates)
+        tail = "".join(f"\n- {p}" for p in self.port_forward_problems)
+        return (
+            head
+            + "\n".join(f"\n### {g.name}: {g.verdict}\n{g.markdown}" for g in self.gates)
+            + (f"\n\n### port-forward failures\n{tail}" if tail else "")
+        )
 
 
-def _forward(run: HandoffRun, pod: str) -> contextlib.AbstractContextManager[str]:
-    return pod_url(run.kube, run.spec.namespace, pod, run.spec.candidate.port)
+def _forward(run: HandoffRun, pod: str) -> contextlib.AbstractContextManager[Forward]:
+    return pod_forward(run.kube, run.spec.namespace, pod, run.spec.candidate.port)
 
 
 def _baseline_pod(run: HandoffRun) -> str | None:
@@ -68,8 +75,10 @@ def run_gates(run: HandoffRun, candidate_pods: tuple[str, ...]) -> Evidence:
     A resumed run that was already approved keeps the evidence it was approved on."""
     if run.reached(Phase.APPROVED):
         return Evidence(image=run.ledger.image, gates=[], sha256=run.ledger.evidence_sha256 or "")
-    gates, summaries = run.spec.gates, []
-    with _forward(run, candidate_pods[0]) as url:
+    gates, summaries, forwards = run.spec.gates, [], []
+    with _forward(run, candidate_pods[0]) as candidate:
+        forwards.append(candidate)
+        url = candidate.url
         smoke = run_smoke(url, model_id=gates.model_id, deadline_s=gates.smoke_deadline_s)
         summaries.append(_summary(smoke))
         if gates.parity is not None:
@@ -78,26 +87,30 @@ def run_gates(run: HandoffRun, candidate_pods: tuple[str, ...]) -> Evidence:
                 _summary(run_parity(url, golden, gates.parity.tolerances, model_id=gates.model_id))
             )
         if gates.latency is not None:
-            summaries.append(_summary(_latency(run, url)))
-    evidence = _evidence(run, summaries)
+            summaries.append(_summary(_latency(run, url, forwards)))
+    problems = list(dict.fromkeys(p for f in forwards for p in f.problems()))
+    evidence = _evidence(run, summaries, problems)
     run.evidence["gates"] = evidence
     if not evidence.passed:
         failed = [g for g in summaries if g.verdict != "pass"]
         raise GateFailed(
-            "gates did not pass: " + "; ".join(f"{g.name} {g.verdict}: {g.reason}" for g in failed)
+            "gates did not pass: "
+            + "; ".join(f"{g.name} {g.verdict}: {g.reason}" for g in failed)
+            + problems_note(problems)
         )
     run.advance(Phase.GATED, evidence_sha256=evidence.sha256)
     return evidence
 
 
-def _latency(run: HandoffRun, candidate_url: str):  # type: ignore[no-untyped-def]
+def _latency(run: HandoffRun, candidate_url: str, forwards: list[Forward]):  # type: ignore[no-untyped-def]
     settings = run.spec.gates.latency
     baseline = _baseline_pod(run)
     if baseline is None:
         return run_latency(candidate_url, None, settings, candidate_model=run.spec.gates.model_id)
-    with _forward(run, baseline) as baseline_url:
+    with _forward(run, baseline) as forward:
+        forwards.append(forward)
         return run_latency(
-            candidate_url, baseline_url, settings, candidate_model=run.spec.gates.model_id
+            candidate_url, forward.url, settings, candidate_model=run.spec.gates.model_id
         )
 
 
@@ -111,8 +124,15 @@ def _summary(result) -> GateSummary:  # type: ignore[no-untyped-def]
     )
 
 
-def _evidence(run: HandoffRun, summaries: list[GateSummary]) -> Evidence:
+def _evidence(run: HandoffRun, summaries: list[GateSummary], problems: list[str]) -> Evidence:
     digest = hashlib.sha256((run.ledger.image or "").encode())
     for gate in summaries:
         digest.update(gate.markdown.encode())
-    return Evidence(image=run.ledger.image, gates=summaries, sha256=digest.hexdigest())
+    for problem in problems:
+        digest.update(problem.encode())
+    return Evidence(
+        image=run.ledger.image,
+        gates=summaries,
+        sha256=digest.hexdigest(),
+        port_forward_problems=problems,
+    )

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from flows.errors import PermanentError
 from flows.kube import read, write
 from flows.kube.objects import PodSnapshot
-from flows.kube.portforward import pod_url
+from flows.kube.portforward import pod_forward, problems_note
 from flows.kube.wait import wait_pods
 from flows.ledger import REVISION_LABEL, Phase
 from flows.progress import HandoffRun
@@ -109,13 +109,17 @@ def warm(run: HandoffRun) -> tuple[str, ...]:
         )
     pods = wait_candidate_ready(run, run.spec.candidate.preview_replicas)
     for pod in pods:
-        with pod_url(run.kube, run.spec.namespace, pod, run.spec.candidate.port) as url:
+        with pod_forward(run.kube, run.spec.namespace, pod, run.spec.candidate.port) as forward:
             result = run_smoke(
-                url, model_id=run.spec.gates.model_id, deadline_s=run.spec.gates.smoke_deadline_s
+                forward.url,
+                model_id=run.spec.gates.model_id,
+                deadline_s=run.spec.gates.smoke_deadline_s,
             )
         if not result.passed:
             raise CandidateFailed(
-                f"pod {pod} is Ready but does not answer: {result.reason}", _evidence(run, pod)
+                f"pod {pod} is Ready but does not answer: {result.reason}"
+                + problems_note(forward.problems()),
+                _evidence(run, pod),
             )
     run.advance(Phase.WARM)
     return pods

@@ -15,7 +15,9 @@ import contextlib
 import selectors
 import socket
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from types import TracebackType
 
 from kubernetes import client
@@ -36,6 +38,7 @@ class PortForwarder:
         self._listener = socket.create_server(("127.0.0.1", 0))
         self._closed = threading.Event()
         self._threads: list[threading.Thread] = []
+        self._serving: list[threading.Thread] = []
         self.errors: list[str] = []
 
     @property
@@ -56,13 +59,23 @@ class PortForwarder:
         with contextlib.suppress(OSError):
             self._listener.close()
 
+    def problems(self, wait_s: float = 2.0) -> list[str]:
+        """The failures recorded so far, once the connections in flight have ended (up to
+        wait_s): a client can see its connection fail before the error is recorded."""
+        deadline = time.monotonic() + wait_s
+        for thread in list(self._serving):
+            thread.join(timeout=max(0.0, deadline - time.monotonic()))
+        return list(self.errors)
+
     def _accept(self) -> None:
         while not self._closed.is_set():
             try:
                 conn, _ = self._listener.accept()
             except OSError:
                 return
-            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+            serve = threading.Thread(target=self._serve, args=(conn,), daemon=True)
+            self._serving.append(serve)
+            serve.start()
 
     def _serve(self, conn: socket.socket) -> None:
         try:
@@ -114,14 +127,29 @@ def _bridge(a: socket.socket, b: socket.socket, closed: threading.Event) -> None
                     peers[src].shutdown(socket.SHUT_WR)
 
 
+@dataclass(frozen=True)
+class Forward:
+    """A base URL reaching a pod's port, and what went wrong reaching it."""
+
+    url: str
+    problems: Callable[[], list[str]]
+
+
 @contextlib.contextmanager
-def pod_url(kube: Kube, namespace: str, pod: str, port: int) -> Iterator[str]:
-    """A base URL reaching the pod's port: the pod IP when running inside the cluster
-    (no detour through the apiserver), otherwise a port-forward on 127.0.0.1."""
+def pod_forward(kube: Kube, namespace: str, pod: str, port: int) -> Iterator[Forward]:
+    """The pod's port: the pod IP when running inside the cluster (no detour through the
+    apiserver), otherwise a port-forward on 127.0.0.1 whose failures (the kubelet's
+    message, a refused upgrade) `problems()` returns, for the report."""
     if kube.in_cluster:
         with mapped(f"read pod {namespace}/{pod}"):
             ip = kube.core.read_namespaced_pod(pod, namespace).status.pod_ip
-        yield f"http://{ip}:{port}"
+        yield Forward(url=f"http://{ip}:{port}", problems=list)
         return
     with PortForwarder(kube, namespace, pod, port) as forwarder:
-        yield forwarder.url
+        yield Forward(url=forwarder.url, problems=forwarder.problems)
+
+
+def problems_note(problems: list[str]) -> str:
+    """The port-forward failures as one sentence to append to a reason ('' if none)."""
+    unique = list(dict.fromkeys(problems))
+    return f"; port-forward failed: {'; '.join(unique[:3])}" if unique else ""
