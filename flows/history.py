@@ -22,8 +22,10 @@ def collect_history(
             entry
             for svc in services
             if service in (None, svc.metadata.name)
-            for entry in history_entries(svc.metadata.annotations or {})
             if HISTORY_ANNOTATION in (svc.metadata.annotations or {})
+            for entry in history_entries(
+                svc.metadata.annotations, where=f"Service {namespace}/{svc.metadata.name}"
+            )
         ]
     finally:
         kube.close()

@@ -131,12 +131,34 @@ def parse_ledger(annotations: dict[str, str]) -> Ledger | None:
     return Ledger.model_validate_json(raw) if raw else None
 
 
-def history_entries(annotations: dict[str, str]) -> list[dict[str, Any]]:
-    try:
-        value = json.loads(annotations.get(HISTORY_ANNOTATION, "[]"))
-    except ValueError:
+class HistoryUnreadable(PermanentError):
+    """The history annotation is not a JSON list of records; rewriting it would erase it."""
+
+
+def history_entries(
+    annotations: dict[str, str], *, where: str = "the Service"
+) -> list[dict[str, Any]]:
+    """The recorded handoffs, oldest first; [] when there are none yet.
+
+    A malformed annotation raises: appending to it would replace the audit trail."""
+    raw = annotations.get(HISTORY_ANNOTATION)
+    if raw is None:
         return []
-    return value if isinstance(value, list) else []
+    try:
+        value = json.loads(raw)
+        problem = None if isinstance(value, list) else f"a JSON {type(value).__name__}"
+    except ValueError as exc:
+        value, problem = None, f"not JSON ({exc})"
+    if problem is None and not all(isinstance(e, dict) for e in value):
+        problem = "a list holding something other than records"
+    if problem is not None:
+        raise HistoryUnreadable(
+            f"{where}: annotation {HISTORY_ANNOTATION} should be a JSON list of handoff "
+            f"records but is {problem}: {raw[:200]!r}. Nothing was changed; save the "
+            f"annotation's value, then repair it or remove it "
+            f"(kubectl annotate service NAME {HISTORY_ANNOTATION}-) and run again"
+        )
+    return value  # type: ignore[no-any-return]
 
 
 def appended_history(annotations: dict[str, str], record: dict[str, Any]) -> str:

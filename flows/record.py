@@ -56,11 +56,12 @@ class HandoffRecord(BaseModel):
 
 def record(kube: Kube, spec: HandoffSpec, entry: HandoffRecord, ledger: Ledger | None) -> None:
     """Append the record to the Service's history and announce it with an Event."""
+    where = f"Service {spec.namespace}/{spec.service}"
 
     def changes(annotations: dict[str, str]) -> dict[str, str | None] | None:
         recorded = any(
             e.get("handoff_id") == entry.handoff_id and e.get("outcome") == entry.outcome
-            for e in history_entries(annotations)
+            for e in history_entries(annotations, where=where)
         )
         return (
             None
@@ -91,4 +92,5 @@ def record(kube: Kube, spec: HandoffSpec, entry: HandoffRecord, ledger: Ledger |
 
 
 def read_history(kube: Kube, namespace: str, service: str) -> list[dict[str, Any]]:
-    return history_entries(read.read_service(kube, namespace, service).annotations)
+    annotations = read.read_service(kube, namespace, service).annotations
+    return history_entries(annotations, where=f"Service {namespace}/{service}")
