@@ -34,7 +34,9 @@ from sandbox.state import SandboxState
 ROOT = Path(__file__).resolve().parents[1]
 SPECS = ROOT / "manifests" / "handoffs"
 BEFORE = ("candle-vllm", "clef-serve", "reasoning-long")
-LEASE_S = "6"
+# Short, so a rerun soon takes over a killed run; long enough that a busy machine does
+# not starve the renewal (a run whose Lease lapses stops writing).
+LEASE_S = "15"
 
 
 @pytest.fixture(scope="session")
