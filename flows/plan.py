@@ -23,7 +23,7 @@ from flows.kube.objects import (
     owned_by_deployment,
     pod_spec_gpus,
 )
-from flows.ledger import Snapshot, WorkloadSnapshot
+from flows.ledger import Snapshot, WorkloadSnapshot, history_entries
 from flows.render import (
     TWIN_SUFFIX,
     compute_startup_allowance,
@@ -100,6 +100,8 @@ class Plan(BaseModel):
 def make_plan(kube: Kube, spec: HandoffSpec) -> Plan:
     """Observe, decide, dry-run. Raises only when the cluster cannot be read."""
     service = read.read_service(kube, spec.namespace, spec.service)
+    # The audit trail is appended to at the end: an unreadable one stops the run now.
+    history_entries(service.annotations, where=f"Service {spec.namespace}/{spec.service}")
     current = [_require(kube, spec, name) for name in spec.current]
     # Replacing the live Deployment, the candidate that may already run is its twin.
     twin = spec.candidate.deployment + TWIN_SUFFIX
