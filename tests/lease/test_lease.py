@@ -21,7 +21,7 @@ from flows.kube.client import Forbidden, Kube, KubeUnavailable, connect
 from flows.lease import LeaseLost, ServiceLease, lease_name, read_holder
 from sandbox import controlplane
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = pytest.mark.timeout(420)  # a control plane of its own, killed and restarted
 SERVICE = "clients"
 
 
