@@ -11,12 +11,15 @@ is idempotent: reapplying the same body changes nothing.
 
 from __future__ import annotations
 
+import time
+
 from flows.capacity import Strategy
 from flows.image import PinnedImage
 from flows.kube import write
 from flows.kube.objects import PodSnapshot, owned_by_deployment
 from flows.kube.wait import wait_pods
-from flows.ledger import REVISION_LABEL, Phase
+from flows.ledger import REVISION_LABEL, OutageRecord, Phase
+from flows.outage import OutageClock
 from flows.progress import HandoffRun
 from flows.render import compute_revision, load_manifest, override_image, render_candidate
 
@@ -48,6 +51,8 @@ def apply_at_zero(run: HandoffRun, image: PinnedImage | None) -> str:
     )
     if plan.strategy is Strategy.IN_PLACE:
         # The outage the plan declared starts here: the old pods release their GPUs.
+        # Its start is on the cluster before the first pod stops.
+        _start_outage(run)
         for deployment in plan.current:
             write.scale_deployment(run.kube, spec.namespace, deployment.name, 0)
     write.apply_deployment(run.kube, body)
@@ -56,6 +61,17 @@ def apply_at_zero(run: HandoffRun, image: PinnedImage | None) -> str:
         run.advance(Phase.OLD_STOPPED)
     run.advance(Phase.APPLIED, revision=revision, image=pinned)
     return revision
+
+
+def _start_outage(run: HandoffRun) -> None:
+    declared = run.plan.downtime
+    if declared is None or run.outage is not None:
+        return
+    record = OutageRecord(
+        started=time.time(), estimate_s=declared.estimate_s, bound_s=declared.bound_s
+    )
+    run.advance(run.ledger.phase, outage=record)
+    run.outage = OutageClock(**record.model_dump())
 
 
 def _unpinned(run: HandoffRun) -> str:
@@ -85,6 +101,6 @@ def _wait_old_pods_gone(run: HandoffRun, revision: str) -> None:
             run.spec.namespace,
             deployment.selector,
             decide=gone,
-            deadline_s=OLD_PODS_GONE_S,
+            deadline_s=run.limit(OLD_PODS_GONE_S),
             what=f"the old pods of {deployment.name} to stop",
         )

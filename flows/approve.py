@@ -1,14 +1,17 @@
 """Step 6, approve: pause in the Prefect UI with the evidence, record who decided.
 
 Observes nothing on the cluster; the decision is a person's (or --auto-approve's).
-The form shows the gate summary and the evidence hash; the response (approver,
-decision, reason) is stored by Prefect with the run, and the approver and hash go
-into the ledger. A rerun that already passed approval does not ask again.
+The form shows what is to be approved (the plan, or the gates' evidence) and its
+hash; the response (approver, decision, reason) is stored by Prefect with the run,
+and every answer (who, when, what, the hash of what they were shown) is appended
+to the ledger's approvals. A rerun that already passed approval does not ask again.
 Prefect OSS has no user identity, so the approver types their name.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 from typing import Literal
 
 from prefect.exceptions import FlowPauseTimeout
@@ -16,8 +19,9 @@ from prefect.flow_runs import pause_flow_run
 from prefect.input import RunInput
 
 from flows.errors import ApprovalRejected
-from flows.ledger import Phase
-from flows.progress import HandoffRun
+from flows.ledger import ApprovalRecord, Phase
+from flows.pause_clock import ticking
+from flows.progress import HandoffRun, now_iso
 
 AUTO_APPROVER = "auto-approve"
 POLL_S = 2
@@ -36,9 +40,18 @@ class ApprovalTimedOut(ApprovalRejected):
 
 
 def request_approval(
-    run: HandoffRun, *, what: str, summary: str, auto: bool, phase: Phase
+    run: HandoffRun,
+    *,
+    what: str,
+    summary: str,
+    auto: bool,
+    phase: Phase,
+    evidence_sha256: str | None = None,
+    timeout_s: float | None = None,
+    timeout_setting: str = "approval.timeout_s",
 ) -> Approval:
-    """Ask (or auto-approve) and record the answer; raise ApprovalRejected on no."""
+    """Ask (or auto-approve) and record the answer; raise ApprovalRejected on no.
+    The answer is bound to `evidence_sha256`, by default the hash of `summary`."""
     if run.reached(phase):
         return Approval(approver=run.ledger.approver or AUTO_APPROVER, reason="approved earlier")
     if auto or not run.spec.approval.required:
@@ -47,33 +60,49 @@ def request_approval(
             reason="--auto-approve" if auto else "approval not required by the spec",
         )
     else:
-        answer = _ask(run, what=what, summary=summary)
+        timeout = (run.spec.approval.timeout_s if timeout_s is None else timeout_s, timeout_setting)
+        answer = _ask(run, what=what, summary=summary, timeout=timeout)
+    kept = ApprovalRecord(
+        approver=answer.approver,
+        decision=answer.decision,
+        reason=answer.reason,
+        what=what,
+        evidence_sha256=evidence_sha256 or hashlib.sha256(summary.encode()).hexdigest(),
+        at=now_iso(),
+    )
+    approvals = [*run.ledger.approvals, kept]
     if answer.decision != "approve":
+        run.advance(run.ledger.phase, approvals=approvals)
         raise ApprovalRejected(
             f"{what} rejected by {answer.approver}: {answer.reason or 'no reason given'}"
         )
-    run.advance(phase, approver=answer.approver)
+    run.advance(phase, approvals=approvals)
     return answer
 
 
-def _ask(run: HandoffRun, *, what: str, summary: str) -> Approval:
-    description = (
-        f"## Approve {what}?\n\nHandoff `{run.ledger.handoff_id}` of Service "
-        f"`{run.spec.namespace}/{run.spec.service}` ({run.plan.strategy}).\n\n{summary}\n\n"
-        "Type your name, choose approve or reject, and give a reason."
-    )
-    form = Approval.with_initial_data(description=description, approver="", decision="approve")
-    try:
-        answer = pause_flow_run(
-            wait_for_input=form,
-            timeout=int(run.spec.approval.timeout_s),
-            poll_interval=POLL_S,
-            key=f"approve-{phase_key(what)}",
+def _ask(run: HandoffRun, *, what: str, summary: str, timeout: tuple[float, str]) -> Approval:
+    """Pause with the form; during an outage its description carries a running clock."""
+    seconds, setting = timeout
+    clock = run.outage if run.outage is not None and run.outage.running else None
+
+    def describe() -> str:
+        return (
+            f"## Approve {what}?\n\nHandoff `{run.ledger.handoff_id}` of Service "
+            f"`{run.spec.namespace}/{run.spec.service}` ({run.plan.strategy}).\n\n"
+            + (f"{clock.text()}\n\n" if clock else "")
+            + f"{summary}\n\nType your name, choose approve or reject, and give a reason."
         )
+
+    key = f"approve-{phase_key(what)}"
+    form = Approval.with_initial_data(description=describe(), approver="", decision="approve")
+    try:
+        with ticking(key, describe) if clock else contextlib.nullcontext():
+            answer = pause_flow_run(
+                wait_for_input=form, timeout=max(1, int(seconds)), poll_interval=POLL_S, key=key
+            )
     except FlowPauseTimeout as exc:
         raise ApprovalTimedOut(
-            f"{what}: nobody approved within {run.spec.approval.timeout_s:g} s "
-            "(approval.timeout_s in the spec)"
+            f"{what}: nobody approved within {seconds:g} s ({setting} in the spec)"
         ) from exc
     if not answer.approver.strip():
         return answer.model_copy(update={"decision": "reject", "reason": "no approver named"})

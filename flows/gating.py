@@ -9,8 +9,11 @@ report and a hash binding them to the pinned image, for the approval.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
+from collections.abc import Coroutine
+from typing import Any
 
 from pydantic import BaseModel
 
@@ -21,9 +24,9 @@ from flows.kube.portforward import Forward, pod_forward, problems_note
 from flows.ledger import Phase
 from flows.progress import HandoffRun
 from gates.golden_format import Golden
-from gates.latency import run_latency
-from gates.parity import run_parity
-from gates.smoke import run_smoke
+from gates.latency import run_latency_async
+from gates.parity import run_parity_async
+from gates.smoke import run_smoke_async
 
 
 class GateSummary(BaseModel):
@@ -72,22 +75,24 @@ def _baseline_pod(run: HandoffRun) -> str | None:
 
 def run_gates(run: HandoffRun, candidate_pods: tuple[str, ...]) -> Evidence:
     """Run every configured gate; raise GateFailed (with the evidence) unless all pass.
-    A resumed run that was already approved keeps the evidence it was approved on."""
+    A resumed run that was already approved keeps the evidence it was approved on.
+    In place each gate is held to its budget (cut to what is left of the declared
+    outage): one that runs over has no verdict, and no verdict rolls back."""
     if run.reached(Phase.APPROVED):
         return Evidence(image=run.ledger.image, gates=[], sha256=run.ledger.evidence_sha256 or "")
     gates, summaries, forwards = run.spec.gates, [], []
+    bounded = run.plan.strategy is Strategy.IN_PLACE
     with _forward(run, candidate_pods[0]) as candidate:
         forwards.append(candidate)
         url = candidate.url
-        smoke = run_smoke(url, model_id=gates.model_id, deadline_s=gates.smoke_deadline_s)
-        summaries.append(_summary(smoke))
+        smoke = run_smoke_async(url, model_id=gates.model_id, deadline_s=gates.smoke_deadline_s)
+        summaries.append(_within(run, "smoke", gates.smoke_deadline_s, smoke, bounded))
         if gates.parity is not None:
             golden = Golden.load(gates.parity.golden)
-            summaries.append(
-                _summary(run_parity(url, golden, gates.parity.tolerances, model_id=gates.model_id))
-            )
+            parity = run_parity_async(url, golden, gates.parity.tolerances, model_id=gates.model_id)
+            summaries.append(_within(run, "parity", gates.parity.budget_s, parity, bounded))
         if gates.latency is not None:
-            summaries.append(_summary(_latency(run, url, forwards)))
+            summaries.append(_latency(run, url, forwards, bounded))
     problems = list(dict.fromkeys(p for f in forwards for p in f.problems()))
     evidence = _evidence(run, summaries, problems)
     run.evidence["gates"] = evidence
@@ -102,16 +107,42 @@ def run_gates(run: HandoffRun, candidate_pods: tuple[str, ...]) -> Evidence:
     return evidence
 
 
-def _latency(run: HandoffRun, candidate_url: str, forwards: list[Forward]):  # type: ignore[no-untyped-def]
-    settings = run.spec.gates.latency
+def _within(
+    run: HandoffRun, name: str, budget_s: float, gate: Coroutine[Any, Any, Any], bounded: bool
+) -> GateSummary:
+    """The gate's summary; bounded, a gate still running at its budget has no verdict."""
+    if not bounded:
+        return _summary(asyncio.run(gate))
+    limit = run.limit(budget_s)
+
+    async def timed() -> Any:
+        return await asyncio.wait_for(gate, limit)
+
+    try:
+        return _summary(asyncio.run(timed()))
+    except TimeoutError:
+        reason = (
+            f"no verdict within {limit:.0f} s (its budget {budget_s:g} s, cut to what is "
+            "left of the declared downtime)"
+        )
+        return GateSummary(
+            name=name, verdict="no verdict", reason=reason, markdown=reason, figures={}
+        )
+
+
+def _latency(
+    run: HandoffRun, candidate_url: str, forwards: list[Forward], bounded: bool
+) -> GateSummary:
+    settings, budget = run.spec.gates.latency, run.spec.gates.latency_budget_s
+    model = run.spec.gates.model_id
     baseline = _baseline_pod(run)
     if baseline is None:
-        return run_latency(candidate_url, None, settings, candidate_model=run.spec.gates.model_id)
+        gate = run_latency_async(candidate_url, None, settings, candidate_model=model)
+        return _within(run, "latency", budget, gate, bounded)
     with _forward(run, baseline) as forward:
         forwards.append(forward)
-        return run_latency(
-            candidate_url, forward.url, settings, candidate_model=run.spec.gates.model_id
-        )
+        gate = run_latency_async(candidate_url, forward.url, settings, candidate_model=model)
+        return _within(run, "latency", budget, gate, bounded)
 
 
 def _summary(result) -> GateSummary:  # type: ignore[no-untyped-def]

@@ -14,8 +14,8 @@ from flows.record import HandoffRecord, Trigger
 from flows.session import begin, finish
 from flows.tasks import (
     apply_at_zero,
-    approve_downtime,
     approve_gates,
+    approve_plan,
     roll_back,
     run_gates,
     scale_up_and_retire,
@@ -32,14 +32,18 @@ def handoff(
     kubeconfig: str | None = None,
     trigger: Trigger | None = None,
 ) -> HandoffRecord:
-    """plan → image → apply at 0 → warm → gates → approve → swap → scale up → retire."""
+    """plan → image → approve plan → apply at 0 → warm → gates → approve → swap →
+    scale up → retire. In place the old pods stop at the apply: everything a person
+    decides is asked before it, and from there the gates decide (pass: swap at once;
+    fail or no verdict: roll back at once) unless the spec asks for a look during
+    the outage, bounded by its own short timeout."""
     newest = ensure_newest(spec_file, trigger)
     if not newest.newest:
         return Cancelled(message=newest.reason)  # type: ignore[return-value]
     with begin(spec_file, kubeconfig=kubeconfig) as run:
         try:
             pinned = wait_for_image(run)
-            approve_downtime(run, auto=auto_approve)
+            approve_plan(run, auto=auto_approve)
             apply_at_zero(run, pinned)
             pods = warm_up(run)
             evidence = run_gates(run, pods)

@@ -96,6 +96,29 @@ class Snapshot(BaseModel):
     candidate_replicas: int = 0
 
 
+class ApprovalRecord(BaseModel):
+    """One answer a person (or --auto-approve) gave: every one is kept, in order."""
+
+    model_config = ConfigDict(frozen=True)
+
+    approver: str
+    decision: str
+    reason: str = ""
+    what: str = Field(description="what was approved: the plan, the handoff after the gates")
+    evidence_sha256: str = Field(description="hash of exactly what the approver was shown")
+    at: str
+
+
+class OutageRecord(BaseModel):
+    """In place: when the old pods were told to stop (epoch seconds) and what was declared."""
+
+    model_config = ConfigDict(frozen=True)
+
+    started: float
+    estimate_s: float
+    bound_s: float
+
+
 class Ledger(BaseModel):
     """What the Service's ledger annotation holds."""
 
@@ -108,11 +131,17 @@ class Ledger(BaseModel):
     snapshot: Snapshot
     revision: str | None = None
     image: str | None = None
-    approver: str | None = None
+    approvals: list[ApprovalRecord] = Field(default_factory=list)
     evidence_sha256: str | None = None
+    outage: OutageRecord | None = None
     cause: str | None = None
     started_at: str
     updated_at: str
+
+    @property
+    def approver(self) -> str | None:
+        """Who approved last (every approval is in `approvals`)."""
+        return self.approvals[-1].approver if self.approvals else None
 
     def to(self, phase: Phase, **changes: Any) -> Ledger:
         if not can_enter(self.phase, phase):

@@ -12,12 +12,14 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from flows import downtime
 from flows.capacity import Decision, NodeGpu, Strategy, compute_gpu_ledger, decide_strategy
 from flows.errors import HandoffError, PermanentError
 from flows.kube import read, write
 from flows.kube.client import Kube
 from flows.kube.objects import (
     DeploymentSnapshot,
+    PodSnapshot,
     ServiceSnapshot,
     matches,
     owned_by_deployment,
@@ -26,7 +28,6 @@ from flows.kube.objects import (
 from flows.ledger import Snapshot, WorkloadSnapshot, history_entries
 from flows.render import (
     TWIN_SUFFIX,
-    compute_startup_allowance,
     is_twin,
     load_manifest,
     override_image,
@@ -59,9 +60,13 @@ class Plan(BaseModel):
     gpu: list[NodeGpu]
     gpus_per_pod: int
     decision: Decision
-    downtime_bound_s: float | None
+    downtime: downtime.Downtime | None
     pin_live_selector: dict[str, str] | None
     dry_runs: list[DryRun]
+
+    @property
+    def downtime_bound_s(self) -> float | None:
+        return self.downtime.bound_s if self.downtime else None
 
     @property
     def strategy(self) -> Strategy | None:
@@ -139,7 +144,7 @@ def make_plan(kube: Kube, spec: HandoffSpec) -> Plan:
         gpu=compute_gpu_ledger(read.list_nodes(kube), pods),
         gpus_per_pod=per_pod,
         decision=decision,
-        downtime_bound_s=_downtime_bound(manifest, current, spec)
+        downtime=_declare_downtime(kube, spec, manifest, current, ns_pods)
         if decision.strategy is Strategy.IN_PLACE
         else None,
         pin_live_selector=pin,
@@ -188,21 +193,27 @@ def _live_selector_pin(
     return {**service.selector, "pod-template-hash": hashes.pop() or ""}
 
 
-def _downtime_bound(
-    manifest: dict[str, Any], current: list[DeploymentSnapshot], spec: HandoffSpec
-) -> float:
-    """Upper bound on the outage: old pods' grace, the candidate's start allowance, gates."""
-    grace = max(
-        (d.spec["template"]["spec"].get("terminationGracePeriodSeconds", 30) for d in current),
-        default=30,
+def _declare_downtime(
+    kube: Kube,
+    spec: HandoffSpec,
+    manifest: dict[str, Any],
+    current: list[DeploymentSnapshot],
+    pods: list[PodSnapshot],
+) -> downtime.Downtime:
+    """In place: the outage from its parts, with this image's earlier starts recorded in
+    the namespace's history and the live pods' own starts."""
+    history = [
+        e for s in read.list_services(kube, spec.namespace) for e in history_entries(s.annotations)
+    ]
+    repository = spec.resolve_image(spec.image.repository)
+    live = [p for p in pods if any(owned_by_deployment(p, d.name) for d in current)]
+    return downtime.declare(
+        spec,
+        manifest,
+        [d.spec["template"]["spec"] for d in current],
+        candidate_starts=downtime.recorded_starts(history, repository),
+        live_starts=[p.start_s for p in live if p.start_s is not None],
     )
-    startup = compute_startup_allowance(manifest, spec.candidate.container)
-    gates = (
-        spec.gates.smoke_deadline_s
-        + 60.0 * (spec.gates.parity is not None)
-        + 120.0 * (spec.gates.latency is not None)
-    )
-    return float(grace + startup + gates)
 
 
 def _dry_runs(

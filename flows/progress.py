@@ -15,6 +15,7 @@ from flows.errors import PermanentError
 from flows.kube import read, write
 from flows.kube.client import Conflict, Kube
 from flows.ledger import ANNOTATION, TERMINAL, Ledger, Phase, parse_ledger
+from flows.outage import OutageClock
 from flows.plan import Plan
 from flows.spec import HandoffSpec
 
@@ -65,12 +66,17 @@ class HandoffRun:
     ledger: Ledger
     timings: dict[str, float] = field(default_factory=dict)
     evidence: dict[str, Any] = field(default_factory=dict)
+    outage: OutageClock | None = None  # in place, from the old pods' stop to the swap
 
     def advance(self, phase: Phase, **changes: Any) -> None:
         """Record that the handoff reached `phase` (no-op if it already had)."""
         if self.reached(phase) and not changes:
             return
         self.ledger = save_ledger(self.kube, self.spec, self.ledger.to(phase, **changes))
+
+    def limit(self, seconds: float) -> float:
+        """A wait's deadline, cut to what is left of the declared outage (in place)."""
+        return self.outage.limit(seconds) if self.outage else seconds
 
     @property
     def candidate_name(self) -> str:

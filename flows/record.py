@@ -40,11 +40,18 @@ class HandoffRecord(BaseModel):
     fixes: list[str] = Field(default_factory=list)
     gates: dict[str, str] = Field(default_factory=dict)
     gate_figures: dict[str, Any] = Field(default_factory=dict)
-    approver: str | None = None
+    approver: str | None = Field(None, description="every approver, in order")
+    approvals: list[dict[str, Any]] = Field(default_factory=list)
     evidence_sha256: str | None = None
     trigger: Trigger = Trigger()
     durations_s: dict[str, float] = Field(default_factory=dict)
     downtime_bound_s: float | None = None
+    downtime_estimate_s: float | None = None
+    downtime_measured_s: float | None = Field(
+        None, description="in place: old pods told to stop until Endpoints held ready pods"
+    )
+    downtime_parts: list[str] = Field(default_factory=list)
+    candidate_start_s: float | None = Field(None, description="candidate scaled to Ready")
     started_at: str
     finished_at: str
     flow_run_id: str | None = None

@@ -6,6 +6,7 @@ from flows.capacity import Strategy
 from flows.gating import Evidence
 from flows.plan import Plan
 from flows.record import HandoffRecord
+from flows.spec import HandoffSpec
 
 
 def plan_markdown(plan: Plan) -> str:
@@ -33,11 +34,8 @@ def plan_markdown(plan: Plan) -> str:
         f"**Strategy:** {plan.strategy or 'refused'}",
         *[f"  - {reason}" for reason in plan.decision.reasons],
     ]
-    if plan.downtime_bound_s is not None:
-        lines.append(
-            f"**Declared downtime:** at most ~{plan.downtime_bound_s:.0f} s "
-            "(old pods' grace + candidate start allowance + gates); needs approval"
-        )
+    if plan.downtime is not None:
+        lines.append(plan.downtime.markdown())
     if plan.pin_live_selector:
         lines.append(
             f"**Live selector narrowed first to** `{plan.pin_live_selector}` "
@@ -53,6 +51,49 @@ def plan_markdown(plan: Plan) -> str:
     return "\n".join(line if line.startswith("  - ") else f"- {line}" for line in lines)
 
 
+def gate_policy_markdown(spec: HandoffSpec) -> str:
+    """The gates that will decide during an in-place outage, with their settings."""
+    gates = spec.gates
+    lines = [
+        f"smoke: `/v1/models` lists `{gates.model_id}` and one completion answers, "
+        f"within {gates.smoke_deadline_s:g} s",
+    ]
+    if gates.parity is not None:
+        lines.append(
+            f"parity against `{gates.parity.golden.name}`, within {gates.parity.budget_s:g} s: "
+            + _settings(gates.parity.tolerances.model_dump())
+        )
+    if gates.latency is not None:
+        latency = gates.latency
+        lines.append(
+            f"latency at {latency.levels} streams, {latency.max_tokens} tokens, within "
+            f"{gates.latency_budget_s:g} s: SLO {_settings(latency.slo.model_dump())}; "
+            f"against a live baseline when there is one, margins "
+            f"{_settings(latency.margins.model_dump())}"
+        )
+    if spec.approval.required and spec.approval.during_outage:
+        then = (
+            "all pass: a person looks at the evidence during the outage, at most "
+            f"{spec.approval.outage_timeout_s:g} s (approval.outage_timeout_s); approve swaps, "
+            "reject or no answer in time rolls back"
+        )
+    else:
+        then = "all pass: the Service is swapped at once, no one is asked again"
+    return "\n".join(
+        [
+            "**Gate policy during the outage:**",
+            *[f"- {line}" for line in lines],
+            f"- {then}",
+            "- any fail or no verdict, or the declared estimate spent: roll back at once "
+            "(the previous spec restored, the old pods Ready again), without asking",
+        ]
+    )
+
+
+def _settings(values: dict[str, object]) -> str:
+    return ", ".join(f"{k} {v}" for k, v in values.items() if v is not None) or "none"
+
+
 def record_markdown(entry: HandoffRecord, evidence: Evidence | None) -> str:
     lines = [
         f"# Handoff `{entry.spec}` of `{entry.namespace}/{entry.service}`: {entry.outcome}",
@@ -63,7 +104,22 @@ def record_markdown(entry: HandoffRecord, evidence: Evidence | None) -> str:
         f"- image `{entry.image}` revision label `{entry.revision}`",
         *[f"- fix {fix}" for fix in entry.fixes],
         f"- approver: {entry.approver or '-'}; evidence sha256 `{entry.evidence_sha256 or '-'}`",
+        *[
+            f"- {a['decision']} of {a['what']} by {a['approver']} at {a['at']} "
+            f"(shown `{a['evidence_sha256'][:12]}`){': ' + a['reason'] if a['reason'] else ''}"
+            for a in entry.approvals
+        ],
         "- durations (s): " + ", ".join(f"{k} {v:g}" for k, v in entry.durations_s.items()),
+        *(
+            [
+                f"- downtime: measured {entry.downtime_measured_s:g} s, declared about "
+                f"{entry.downtime_estimate_s:g} s, at most {entry.downtime_bound_s:g} s"
+            ]
+            if entry.downtime_measured_s is not None
+            and entry.downtime_estimate_s is not None
+            and entry.downtime_bound_s is not None
+            else []
+        ),
     ]
     if entry.cause:
         lines.append(f"- **cause:** {entry.cause}")

@@ -31,6 +31,11 @@ def rollback(kube: Kube, spec: HandoffSpec, *, cause: str) -> Ledger | None:
     if ledger.phase is not Phase.ROLLING_BACK:
         ledger = save_ledger(kube, spec, ledger.to(Phase.ROLLING_BACK, cause=cause[:2000]))
     problems: list[str] = []
+    if ledger.strategy == "in-place" and not spec.replaces_live:
+        # The candidate holds the GPUs the old pods need back: it goes first, or the
+        # old pods would wait Unschedulable while the Service has no endpoints.
+        _undo_candidate(kube, spec, ledger)
+        _wait_candidate_stopped(kube, spec, ledger)
     for workload in ledger.snapshot.workloads:
         _restore_workload(kube, spec, workload, problems)
     # While candidate pods that the original selector would match still run, the
@@ -118,6 +123,21 @@ def _wait_candidate_gone(kube: Kube, spec: HandoffSpec, ledger: Ledger) -> None:
         decide=lambda pods: None if any(owned_by_deployment(p, name) for p in pods) else True,
         deadline_s=RESTORE_S,
         what=f"the pods of {name} to stop",
+    )
+
+
+def _wait_candidate_stopped(kube: Kube, spec: HandoffSpec, ledger: Ledger) -> None:
+    name = candidate_name(spec, ledger.strategy)
+    candidate = read.read_deployment(kube, spec.namespace, name)
+    if candidate is None or ledger.snapshot.candidate_replicas:
+        return
+    wait_pods(
+        kube,
+        spec.namespace,
+        candidate.selector,
+        decide=lambda pods: None if any(owned_by_deployment(p, name) for p in pods) else True,
+        deadline_s=RESTORE_S,
+        what=f"the pods of {name} to stop and release their GPUs",
     )
 
 

@@ -77,11 +77,20 @@ def finish(run: HandoffRun, trigger: Trigger | None) -> HandoffRecord:
         else [],
         gates={g.name: g.verdict for g in gates.gates} if gates else {},
         gate_figures={g.name: g.figures for g in gates.gates} if gates else {},
-        approver=ledger.approver,
+        approver=", ".join(a.approver for a in ledger.approvals) or None,
+        approvals=[a.model_dump() for a in ledger.approvals],
         evidence_sha256=ledger.evidence_sha256,
         trigger=trigger or Trigger(),
         durations_s=dict(run.timings),
-        downtime_bound_s=run.plan.downtime_bound_s,
+        downtime_bound_s=ledger.outage.bound_s if ledger.outage else run.plan.downtime_bound_s,
+        downtime_estimate_s=ledger.outage.estimate_s
+        if ledger.outage
+        else (run.plan.downtime.estimate_s if run.plan.downtime else None),
+        downtime_measured_s=run.evidence.get("downtime_measured_s"),
+        downtime_parts=[p.line() for p in run.plan.downtime.parts + run.plan.downtime.rollback]
+        if run.plan.downtime
+        else [],
+        candidate_start_s=run.evidence.get("candidate_start_s"),
         started_at=ledger.started_at,
         finished_at=now_iso(),
         flow_run_id=_run_id(),

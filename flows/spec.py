@@ -56,6 +56,9 @@ class ImageSpec(_Model):
 class ParityGateSpec(_Model):
     golden: Path = Field(description="golden reference outputs, relative to the spec")
     tolerances: ParityTolerances = ParityTolerances()
+    budget_s: float = Field(
+        60.0, gt=0, description="in place, the gate's share of the declared downtime; held to it"
+    )
 
 
 class GatesSpec(_Model):
@@ -63,11 +66,26 @@ class GatesSpec(_Model):
     smoke_deadline_s: float = 30.0
     parity: ParityGateSpec | None = None
     latency: LatencySettings | None = None
+    latency_budget_s: float = Field(
+        120.0, gt=0, description="in place, the latency gate's share of the declared downtime"
+    )
 
 
 class ApprovalSpec(_Model):
     required: bool = True
-    timeout_s: float = Field(3600.0, gt=0)
+    timeout_s: float = Field(3600.0, gt=0, description="waits while clients are still served")
+    during_outage: bool = Field(
+        False,
+        description="in place, a person also looks at the gates' evidence while the Service "
+        "has no endpoints (by default the gates decide alone there)",
+    )
+    outage_timeout_s: float = Field(
+        120.0,
+        gt=0,
+        le=900,
+        description="the most that look may take; it is part of the declared downtime, "
+        "and expiry rolls back",
+    )
 
 
 class RetireSpec(_Model):

@@ -13,6 +13,7 @@ from flows.capacity import Decision
 from flows.kube.client import Kube
 from flows.lease import HandoffInProgress
 from flows.ledger import TERMINAL, Ledger, Phase
+from flows.outage import OutageClock
 from flows.plan import Plan, PlanRefused
 from flows.progress import HandoffRun, now_iso, read_ledger, save_ledger
 from flows.spec import HandoffSpec
@@ -40,7 +41,10 @@ def start_or_resume(kube: Kube, spec: HandoffSpec, plan: Plan, *, run_id: str) -
                 )
             }
         )
-        return HandoffRun(kube=kube, spec=spec, plan=resumed, ledger=ledger)
+        run = HandoffRun(kube=kube, spec=spec, plan=resumed, ledger=ledger)
+        if ledger.outage is not None and not run.reached(Phase.SWAPPED):
+            run.outage = OutageClock(**ledger.outage.model_dump())  # it kept running
+        return run
     if plan.refused:
         raise PlanRefused(f"handoff {spec.name} refused, nothing written: {plan.refused}")
     now = now_iso()

@@ -20,7 +20,7 @@ State = Literal["started", "done", "failed"]
 # The flow's order (flows/handoff.py); rollback appears only when it runs.
 STEPS = (
     "wait-for-image",
-    "approve-downtime",
+    "approve-plan",
     "apply-at-zero",
     "warm",
     "gates",

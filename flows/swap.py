@@ -87,6 +87,6 @@ def verify_service(run: HandoffRun, selector: dict[str, str]) -> EndpointsSnapsh
         spec.namespace,
         spec.service,
         decide=only_wanted,
-        deadline_s=ENDPOINTS_S,
+        deadline_s=run.limit(ENDPOINTS_S),
         what=f"Endpoints of {spec.service} to hold only {sorted(wanted)}",
     )

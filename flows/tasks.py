@@ -15,12 +15,13 @@ from typing import Any, TypeVar
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
-from flows import apply, approve, gating, image, rollback, scale, swap, warm
+from flows import apply, approve, gating, image, outage, rollback, scale, swap, warm
 from flows.capacity import Strategy
 from flows.errors import HandoffError
 from flows.image import ImageRequirement, PinnedImage
 from flows.ledger import Phase
 from flows.progress import HandoffRun
+from flows.render_report import gate_policy_markdown, plan_markdown
 from flows.stepview import State, StepEvent, notify
 
 T = TypeVar("T")
@@ -47,12 +48,14 @@ def _progress(run: HandoffRun) -> None:
         hook(min(100.0, 100.0 * len(run.timings) / STEP_COUNT))
 
 
-def step(name: str) -> Callable[[Callable[..., T]], Callable[..., T]]:
-    """A Prefect task named `name` that times itself into run.timings."""
+def step(name: str, *, bounded: bool = True) -> Callable[[Callable[..., T]], Callable[..., T]]:
+    """A Prefect task named `name` that times itself into run.timings; inside an
+    in-place outage it is held to what is left of the declared downtime."""
 
     def wrap(fn: Callable[..., T]) -> Callable[..., T]:
         def body(run: HandoffRun, *args: Any, **kwargs: Any) -> T:
-            with _timed(run, name):
+            clock = run.outage if bounded else None
+            with _timed(run, name), outage.bounded(clock, name):
                 return fn(run, *args, **kwargs)
 
         body.__name__ = body.__qualname__ = fn.__name__
@@ -93,19 +96,27 @@ def wait_for_image(run: HandoffRun) -> PinnedImage | None:
     return pinned
 
 
-@step("approve-downtime")
-def approve_downtime(run: HandoffRun, *, auto: bool) -> None:
-    """In place only: the outage the plan declared needs a person's yes first."""
+@step("approve-plan")
+def approve_plan(run: HandoffRun, *, auto: bool) -> None:
+    """In place, everything a person decides is asked here, while the old pods still
+    serve: the plan, the declared downtime and the gate policy that decides later."""
     if run.plan.strategy is not Strategy.IN_PLACE:
         return
     summary = (
-        f"In place: the Service has no ready endpoints from the old pods' stop until "
-        f"the swap, at most ~{run.plan.downtime_bound_s or 0:.0f} s.\n\n"
-        + "\n".join(f"- {r}" for r in run.plan.decision.reasons)
+        "The old pods keep serving until you answer. Then the Service has no ready "
+        "endpoints from the old pods' stop until the swap.\n\n"
+        + plan_markdown(run.plan)
+        + f"\n\n**Image:** `{run.ledger.image or _pinned_ref(run)}`\n\n"
+        + gate_policy_markdown(run.spec)
     )
     approve.request_approval(
-        run, what="the declared downtime", summary=summary, auto=auto, phase=Phase.DOWNTIME_APPROVED
+        run, what="the in-place plan", summary=summary, auto=auto, phase=Phase.DOWNTIME_APPROVED
     )
+
+
+def _pinned_ref(run: HandoffRun) -> str:
+    pinned: PinnedImage | None = run.evidence.get("image")
+    return pinned.ref if pinned else f"{run.spec.image.repository}:{run.spec.image.tag}"
 
 
 @step("apply-at-zero")
@@ -125,14 +136,47 @@ def run_gates(run: HandoffRun, pods: tuple[str, ...]) -> gating.Evidence:
 
 @step("approve")
 def approve_gates(run: HandoffRun, evidence: gating.Evidence, *, auto: bool) -> None:
+    """Side by side, a person approves the evidence. In place the gates decided under
+    the policy approved before the outage, unless the spec asks for a look during it:
+    then the wait is bounded by approval.outage_timeout_s and expiry rolls back."""
+    in_place = run.plan.strategy is Strategy.IN_PLACE
+    if in_place and not run.spec.approval.during_outage:
+        get_run_logger().info("in place: the gates passed under the approved policy; swapping")
+        return
+    timeout_s, setting = (
+        (run.limit(run.spec.approval.outage_timeout_s), "approval.outage_timeout_s")
+        if in_place
+        else (run.spec.approval.timeout_s, "approval.timeout_s")
+    )
     approve.request_approval(
-        run, what="the handoff", summary=evidence.markdown(), auto=auto, phase=Phase.APPROVED
+        run,
+        what="the handoff",
+        summary=evidence.markdown(),
+        auto=auto,
+        phase=Phase.APPROVED,
+        evidence_sha256=evidence.sha256,
+        timeout_s=timeout_s,
+        timeout_setting=setting,
     )
 
 
 @step("swap")
 def swap_selector(run: HandoffRun) -> None:
     swap.swap_selector(run)
+    _end_outage(run)
+
+
+def _end_outage(run: HandoffRun) -> None:
+    """In place: the Endpoints hold ready pods again; the outage is measured."""
+    if run.outage is not None and run.outage.running:
+        measured = run.outage.end()
+        run.evidence["downtime_measured_s"] = measured
+        get_run_logger().info(
+            "in place: no endpoints for %.1f s (declared about %.0f s, at most %.0f s)",
+            measured,
+            run.outage.estimate_s,
+            run.outage.bound_s,
+        )
 
 
 @step("scale-up-and-retire")
@@ -148,13 +192,14 @@ def scale_up_and_retire(run: HandoffRun) -> None:
     run.advance(Phase.DONE)
 
 
-@step("rollback")
+@step("rollback", bounded=False)  # the way out of the outage is never cut short
 def roll_back(run: HandoffRun, cause: BaseException) -> None:
     text = str(cause) if isinstance(cause, HandoffError) else f"{type(cause).__name__}: {cause}"
     get_run_logger().warning("rolling back: %s", text)
     ledger = rollback.rollback(run.kube, run.spec, cause=text)
     if ledger is not None:
         run.ledger = ledger
+    _end_outage(run)
 
 
 def spec_path(value: str | Path) -> Path:

@@ -9,6 +9,7 @@ the candidate's replica count, so a rerun converges to the same state.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 from flows.errors import PermanentError
@@ -83,16 +84,18 @@ def wait_candidate_ready(run: HandoffRun, replicas: int) -> tuple[str, ...]:
     spec = run.spec
     write.scale_deployment(run.kube, spec.namespace, run.candidate_name, replicas)
     deadline = compute_startup_allowance(load_manifest(spec), spec.candidate.container) + 60.0
+    started = time.monotonic()
     verdict = wait_pods(
         run.kube,
         spec.namespace,
         candidate_selector(run),
         decide=lambda pods: decide_warm(pods, replicas),
-        deadline_s=deadline,
+        deadline_s=run.limit(deadline),
         what=f"{replicas} Ready pod(s) of {run.candidate_name}",
     )
     if verdict.failure:
         raise CandidateFailed(verdict.failure, _evidence(run, verdict.pod))
+    run.evidence.setdefault("candidate_start_s", round(time.monotonic() - started, 2))
     return verdict.ready
 
 
@@ -113,7 +116,7 @@ def warm(run: HandoffRun) -> tuple[str, ...]:
             result = run_smoke(
                 forward.url,
                 model_id=run.spec.gates.model_id,
-                deadline_s=run.spec.gates.smoke_deadline_s,
+                deadline_s=run.limit(run.spec.gates.smoke_deadline_s),
             )
         if not result.passed:
             raise CandidateFailed(

@@ -9,7 +9,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-# A table of eight columns needs more than the 80 columns rich assumes off a terminal.
+# A table of nine columns needs more than the 80 columns rich assumes off a terminal.
 console = Console(width=None if Console().is_terminal else 120)
 
 
@@ -43,11 +43,17 @@ def demo(
         "requests ok",
         "failed",
         "unavailable (s)",
+        "no endpoints (s)",
         "declared (s)",
         "took (s)",
     )
     for r in results:
-        declared = "-" if r.declared_downtime_s is None else f"<= {r.declared_downtime_s:.0f}"
+        declared = (
+            "-"
+            if r.declared_downtime_s is None
+            else f"~{r.declared_estimate_s or 0:.0f}, <= {r.declared_downtime_s:.0f}"
+        )
+        measured = "-" if r.measured_downtime_s is None else f"{r.measured_downtime_s:g}"
         table.add_row(
             r.spec,
             r.outcome,
@@ -55,6 +61,7 @@ def demo(
             str(r.requests_ok),
             str(r.requests_failed),
             f"{r.unavailable_s:g}",
+            measured,
             declared,
             f"{r.seconds:g}",
         )

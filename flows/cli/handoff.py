@@ -139,13 +139,25 @@ def rollback(
         console.print(f"handoff {ledger.handoff_id}: {ledger.phase}")
 
 
+def _downtime(entry: dict[str, object]) -> str:
+    """In place: measured, against the declared estimate and bound."""
+    if entry.get("downtime_bound_s") is None:
+        return ""
+    measured = entry.get("downtime_measured_s")
+    return (
+        f"{measured if measured is not None else '?'} of "
+        f"~{entry.get('downtime_estimate_s')}, <= {entry['downtime_bound_s']}"
+    )
+
+
 def history(
     namespace: Annotated[str, typer.Option(help="Namespace of the Services.")] = "llm-serving",
     service: Annotated[str | None, typer.Option(help="Only this Service.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
     kubeconfig: KubeconfigOpt = None,
 ) -> None:
-    """Past handoffs: trigger, outcome, strategy, image, gates, approver, cause, durations
+    """Past handoffs: trigger, outcome, strategy, image, gates, approver, downtime measured
+    against declared, cause, durations
     (from the Services, and from Prefect's runs when PREFECT_API_URL answers)."""
     from flows.errors import HandoffError
     from flows.history import collect_history
@@ -167,6 +179,7 @@ def history(
         "approver",
         "image",
         "gates",
+        "downtime (s)",
         "cause",
     )
     for e in entries:
@@ -181,6 +194,7 @@ def history(
             e.get("approver") or "",
             (e.get("image") or "").split("/")[-1][:40],
             ", ".join(f"{k}:{v}" for k, v in (e.get("gates") or {}).items()),
+            _downtime(e),
             (e.get("cause") or "")[:60],
         )
     console.print(table if entries else "no handoffs recorded")

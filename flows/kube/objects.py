@@ -61,6 +61,7 @@ class PodSnapshot(_Snapshot):
     unschedulable: str | None = Field(None, description="scheduler's message when Unschedulable")
     last_exit: str | None = Field(None, description="reason and code of the last termination")
     ip: str | None = None
+    start_s: float | None = Field(None, description="seconds from creation to Ready, if Ready")
 
 
 class NodeSnapshot(_Snapshot):

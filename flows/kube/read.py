@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
 from flows.kube.client import Kube, NotFound, mapped
@@ -22,10 +23,20 @@ def _raw(kube: Kube, obj: Any) -> dict[str, Any]:
 def read_service(kube: Kube, namespace: str, name: str) -> ServiceSnapshot:
     with mapped(f"read Service {namespace}/{name}"):
         raw = _raw(kube, kube.core.read_namespaced_service(name, namespace))
+    return service_snapshot(raw)
+
+
+def list_services(kube: Kube, namespace: str) -> list[ServiceSnapshot]:
+    with mapped(f"list Services in {namespace}"):
+        items = kube.core.list_namespaced_service(namespace).items
+    return [service_snapshot(_raw(kube, item)) for item in items]
+
+
+def service_snapshot(raw: dict[str, Any]) -> ServiceSnapshot:
     meta, spec = raw["metadata"], raw["spec"]
     return ServiceSnapshot(
-        name=name,
-        namespace=namespace,
+        name=meta["name"],
+        namespace=meta["namespace"],
         uid=meta["uid"],
         resource_version=meta["resourceVersion"],
         cluster_ip=spec.get("clusterIP"),
@@ -92,7 +103,20 @@ def pod_snapshot(raw: dict[str, Any]) -> PodSnapshot:
         else None,
         last_exit=_last_exit(statuses),
         ip=status.get("podIP"),
+        start_s=_start_s(meta, conditions.get("Ready", {})),
     )
+
+
+def _start_s(meta: dict[str, Any], ready: dict[str, Any]) -> float | None:
+    """Creation to Ready, from the API's second-resolution timestamps."""
+    created, since = meta.get("creationTimestamp"), ready.get("lastTransitionTime")
+    if ready.get("status") != "True" or not created or not since:
+        return None
+    return max(0.0, (_when(since) - _when(created)).total_seconds())
+
+
+def _when(value: Any) -> dt.datetime:
+    return value if isinstance(value, dt.datetime) else dt.datetime.fromisoformat(value)
 
 
 def _last_exit(statuses: list[dict[str, Any]]) -> str | None:

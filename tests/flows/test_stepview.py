@@ -33,7 +33,7 @@ def test_listeners_hear_events_only_while_listening() -> None:
 def test_the_table_shows_each_step_in_order_with_its_state() -> None:
     view = StepView()
     with listening(view):
-        for name, seconds in [("wait-for-image", 3.04), ("approve-downtime", 0.0)]:
+        for name, seconds in [("wait-for-image", 3.04), ("approve-plan", 0.0)]:
             notify(StepEvent(name, "started"))
             notify(StepEvent(name, "done", seconds))
         notify(StepEvent("apply-at-zero", "started"))

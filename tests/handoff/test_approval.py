@@ -1,41 +1,26 @@
 """Approval and exclusion, with the real Prefect server: a paused handoff holds its
 Service (a second handoff is refused at once), a rejection rolls back and is recorded
-with the approver, and an approval nobody gives in time rolls back too."""
+with the approver, and an approval nobody gives in time rolls back too. In place, a
+spec may ask for a look at the gates during the outage: its form shows a running
+downtime clock, its short timeout rolls back, and every approval is kept."""
 
 from __future__ import annotations
 
 import re
-import subprocess
 import time
 from pathlib import Path
 
-import httpx
+import pytest
 
 from flows.kube.client import Kube
 from flows.ledger import history_entries, parse_ledger
-from tests.world import handoff_cli, run_handoff, service, spec_in, start_handoff
+from flows.pause_clock import REFRESH_S
+from tests.handoff.pauses import PausingRun, coder_spec
+from tests.world import run_handoff, service, spec_in
 
-RUN_ID = re.compile(r"/runs/flow-run/([0-9a-f-]{36})")
-
-
-def _paused_run_id(process: subprocess.Popen[str], api: str, timeout_s: float = 120) -> str:
-    """Read the flow run's id from its output, then wait (Prefect's REST API) until it
-    is paused."""
-    assert process.stdout is not None
-    deadline = time.monotonic() + timeout_s
-    run_id = None
-    while run_id is None and time.monotonic() < deadline:
-        line = process.stdout.readline()
-        assert line or process.poll() is None, "handoff exited before pausing"
-        match = RUN_ID.search(line)
-        run_id = match.group(1) if match else None
-    assert run_id, "no flow run id printed"
-    while time.monotonic() < deadline:
-        state = httpx.get(f"{api}/flow_runs/{run_id}", timeout=10).json()["state"]
-        if state["type"] == "PAUSED":
-            return run_id
-        time.sleep(0.5)
-    raise AssertionError(f"flow run {run_id} never paused")
+# Whole in-place handoffs with a person answering from the command line: on a shared,
+# loaded machine one can take several minutes.
+pytestmark = pytest.mark.timeout(600)
 
 
 def test_paused_handoff_excludes_another_and_rejection_rolls_back(
@@ -45,32 +30,18 @@ def test_paused_handoff_excludes_another_and_rejection_rolls_back(
     tmp_path: Path,
 ) -> None:
     spec_file = spec_in(seeded, "coder-14b-fp16", tmp_path)
-    first = start_handoff(spec_file, handoff_env)  # in place: pauses for the downtime
+    # In place: pauses for the plan while the old pods serve.
+    first = PausingRun.start(spec_file, handoff_env)
     try:
-        run_id = _paused_run_id(first, handoff_env["PREFECT_API_URL"])
+        first.wait_paused()
         second = run_handoff(spec_file, handoff_env, "--auto-approve", timeout_s=120)
         assert second.returncode != 0
         assert "is being handed off by" in second.stdout + second.stderr
-        reject = subprocess.run(
-            handoff_cli(
-                "approve",
-                run_id,
-                "--approver",
-                "alice",
-                "--reject",
-                "--reason",
-                "not during office hours",
-            ),
-            env=handoff_env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-        assert reject.returncode == 0, reject.stdout + reject.stderr
-        assert first.wait(timeout=180) != 0
+        first.answer(handoff_env, "alice", "not during office hours", reject=True)
+        assert first.wait(timeout_s=180) != 0
     finally:
-        if first.poll() is None:
-            first.kill()
+        if first.process.poll() is None:
+            first.process.kill()
     svc = service(kube, seeded, "coder-predictor")
     ledger = parse_ledger(svc.metadata.annotations)
     assert ledger is not None and ledger.phase == "rolled-back"
@@ -90,3 +61,79 @@ def test_approval_timeout_rolls_back(
     ledger = parse_ledger(service(kube, seeded, "coder-predictor").metadata.annotations)
     assert ledger is not None and ledger.phase == "rolled-back"
     assert "nobody approved within 3 s" in (ledger.cause or "")
+
+
+def test_a_look_during_the_outage_is_bounded_timed_and_every_approval_kept(
+    kube: Kube, seeded: str, handoff_env: dict[str, str], tmp_path: Path
+) -> None:
+    spec_file = coder_spec(
+        seeded,
+        tmp_path,
+        approval={"during_outage": True, "outage_timeout_s": 90},
+    )
+    run = PausingRun.start(spec_file, handoff_env)
+    try:
+        plan_key = run.wait_paused()
+        assert "Downtime clock" not in run.description(plan_key)  # no outage yet
+        assert "a person's look at the gates: 90 s" in run.description(plan_key)
+        run.answer(handoff_env, "alice", "the outage is fine now")
+        gates_key = run.wait_paused(other_than=plan_key)
+        first = _seconds_down(run.description(gates_key))
+        time.sleep(3 * REFRESH_S)
+        assert _seconds_down(run.description(gates_key)) > first, "the clock runs in the form"
+        run.answer(handoff_env, "bob", "gates look right")
+        assert run.wait() == 0, run.output[-3000:]
+    finally:
+        if run.process.poll() is None:
+            run.process.kill()
+    svc = service(kube, seeded, "coder-predictor")
+    ledger = parse_ledger(svc.metadata.annotations)
+    assert ledger is not None and ledger.phase == "done"
+    record = history_entries(svc.metadata.annotations)[-1]
+    approvals = record["approvals"]
+    assert [(a["approver"], a["what"]) for a in approvals] == [
+        ("alice", "the in-place plan"),
+        ("bob", "the handoff"),
+    ]
+    assert [a["reason"] for a in approvals] == ["the outage is fine now", "gates look right"]
+    for approval in approvals:
+        assert re.fullmatch(r"[0-9a-f]{64}", approval["evidence_sha256"])
+        assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", approval["at"])
+    # The second approval is bound to the gates' evidence, the first to the plan shown.
+    assert approvals[1]["evidence_sha256"] == record["evidence_sha256"]
+    assert approvals[0]["evidence_sha256"] != approvals[1]["evidence_sha256"]
+    assert [a.approver for a in ledger.approvals] == ["alice", "bob"]
+    assert record["downtime_measured_s"] <= record["downtime_estimate_s"]
+
+
+def test_a_look_during_the_outage_that_nobody_gives_rolls_back_in_time(
+    kube: Kube, seeded: str, handoff_env: dict[str, str], tmp_path: Path
+) -> None:
+    spec_file = coder_spec(
+        seeded,
+        tmp_path,
+        approval={"during_outage": True, "outage_timeout_s": 4},
+    )
+    run = PausingRun.start(spec_file, handoff_env)
+    try:
+        plan_key = run.wait_paused()
+        run.answer(handoff_env, "alice", "go")
+        run.wait_paused(other_than=plan_key)
+        assert run.wait(timeout_s=240) != 0
+    finally:
+        if run.process.poll() is None:
+            run.process.kill()
+    annotations = service(kube, seeded, "coder-predictor").metadata.annotations
+    ledger = parse_ledger(annotations)
+    assert ledger is not None and ledger.phase == "rolled-back"
+    assert "nobody approved within 4 s (approval.outage_timeout_s" in (ledger.cause or "")
+    record = history_entries(annotations)[-1]
+    assert record["downtime_measured_s"] <= record["downtime_bound_s"]
+
+
+def _seconds_down(description: str) -> int:
+    match = re.search(
+        r"Downtime clock:\*\* no endpoints since [0-9:]+ UTC, (\d+) s so far", description
+    )
+    assert match, description[:500]
+    return int(match.group(1))

@@ -148,7 +148,7 @@ def test_a_merge_is_handed_off_after_approval_in_the_ui(
     delivery = pushed.split("delivery ")[1].split(":")[0]
     run, answered = approve_until_final(daily, prefect, merge)
     assert state_of(run) == "Completed", run.state
-    assert len(answered) == 2  # in place: the downtime, then the gates
+    assert len(answered) == 1  # in place: the plan only, before the old pods stop
     assert run.parameters["spec_file"] == f"manifests/handoffs/{SPEC}.yaml"
     assert "service:coder-predictor" in run.tags
     svc = service(kube, seeded, "coder-predictor")

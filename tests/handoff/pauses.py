@@ -1,0 +1,119 @@
+"""A handoff run as a real process, answered from the command line while it pauses:
+its flow run id read from its output, its pauses read from the real Prefect server."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from flows.pause_clock import description_key
+from tests.world import handoff_cli, spec_in, start_handoff
+
+# The latency SLO is the spec's business; the machine may be busy with other tests,
+# and the approval and outage tests are not about latency, so the SLO is relaxed.
+RELAXED = {"latency": {"slo": {"tpot_ms": 500, "ttft_ms": 10000}}}
+
+
+def coder_spec(namespace: str, out_dir: Path, **changes: Any) -> Path:
+    """The in-place coder spec in `namespace`, latency SLO relaxed, with changes."""
+    return spec_in(namespace, "coder-14b-fp16", out_dir, gates=RELAXED, **changes)
+
+
+RUN_ID = re.compile(r"/runs/flow-run/([0-9a-f-]{36})")
+
+
+@dataclass
+class PausingRun:
+    """`handoff run` without --auto-approve; its output is drained in the background."""
+
+    process: subprocess.Popen[str]
+    api: str
+    lines: list[str] = field(default_factory=list)
+    run_id: str | None = None
+    _seen: threading.Event = field(default_factory=threading.Event)
+
+    @classmethod
+    def start(cls, spec_file: Path, env: dict[str, str]) -> PausingRun:
+        return cls(start_handoff(spec_file, env), env["PREFECT_API_URL"])
+
+    def __post_init__(self) -> None:
+        threading.Thread(target=self._drain, daemon=True).start()
+
+    def _drain(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self.lines.append(line)
+            match = RUN_ID.search(line)
+            if match and self.run_id is None:
+                self.run_id = match.group(1)
+                self._seen.set()
+        self._seen.set()
+
+    @property
+    def output(self) -> str:
+        return "".join(self.lines)
+
+    def state(self) -> dict[str, object]:
+        assert self.run_id
+        return httpx.get(f"{self.api}/flow_runs/{self.run_id}", timeout=10).json()["state"]
+
+    def wait_paused(self, *, other_than: str | None = None, timeout_s: float = 180) -> str:
+        """Wait until the run pauses (at a pause key other than `other_than`); its key."""
+        assert self._seen.wait(timeout_s) and self.run_id, "no flow run id printed"
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            assert self.process.poll() is None, "handoff exited before pausing:\n" + self.output
+            state = self.state()
+            key = str((state.get("state_details") or {}).get("pause_key") or "")
+            if state["type"] == "PAUSED" and key != other_than:
+                return key
+            time.sleep(0.3)
+        raise AssertionError(f"flow run {self.run_id} never paused (other than {other_than})")
+
+    def description(self, pause_key: str) -> str:
+        """The text the Resume form shows for the pause at `pause_key`."""
+        assert self.run_id
+        url = f"{self.api}/flow_runs/{self.run_id}/input/{description_key(pause_key)}"
+        return str(httpx.get(url, timeout=10).json())
+
+    def finish_without_pausing(self, *, other_than: str, timeout_s: float = 300) -> int:
+        """Wait for the run's exit; fail at once if it pauses again (for anyone)."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            code = self.process.poll()
+            if code is not None:
+                return code
+            state = self.state()
+            key = (state.get("state_details") or {}).get("pause_key")
+            if state["type"] == "PAUSED" and key != other_than:
+                raise AssertionError(f"the handoff paused again, at {key}:\n{self.output[-2000:]}")
+            time.sleep(0.3)
+        raise AssertionError(f"the handoff did not finish in {timeout_s:.0f} s")
+
+    def answer(
+        self, env: dict[str, str], approver: str, reason: str, *, reject: bool = False
+    ) -> None:
+        assert self.run_id
+        args = ["approve", self.run_id, "--approver", approver, "--reason", reason]
+        done = subprocess.run(
+            handoff_cli(*args, *(["--reject"] if reject else [])),
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=180,  # a shared machine may take a while just to start Python
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+
+    def wait(self, timeout_s: float = 300) -> int:
+        try:
+            return self.process.wait(timeout=timeout_s)
+        finally:
+            if self.process.poll() is None:
+                self.process.kill()
