@@ -100,16 +100,31 @@ class PausingRun:
     def answer(
         self, env: dict[str, str], approver: str, reason: str, *, reject: bool = False
     ) -> None:
+        """`handoff approve` as a person types it; done once it reports the run resumed
+        (on a loaded machine the process itself may take long to exit afterwards)."""
         assert self.run_id
         args = ["approve", self.run_id, "--approver", approver, "--reason", reason]
-        done = subprocess.run(
+        process = subprocess.Popen(
             handoff_cli(*args, *(["--reject"] if reject else [])),
             env=env,
-            capture_output=True,
             text=True,
-            timeout=180,  # a shared machine may take a while just to start Python
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
         )
-        assert done.returncode == 0, done.stdout + done.stderr
+        assert process.stdout is not None
+        said = ""
+        try:
+            for line in process.stdout:  # until it says it resumed the run, or exits
+                said += line
+                if f"flow run {self.run_id} as {approver}" in line:
+                    break
+        finally:
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        assert f"d flow run {self.run_id} as {approver}" in said, said
 
     def wait(self, timeout_s: float = 300) -> int:
         try:
