@@ -15,13 +15,16 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from kubernetes import client
+
 from sandbox.proxy.addresses import addresses_file
-from sandbox.proxy.informer import Informer, core_api
-from sandbox.proxy.service_proxy import ENDPOINTS, SERVICES, Change, ServiceProxy
+from sandbox.proxy.informer import Informer, api_client, endpoint_slices_lister
+from sandbox.proxy.service_proxy import SERVICES, SLICES, Change, ServiceProxy
 
 
 def _start_informers(kubeconfig: Path, post: Callable[[Change], None]) -> list[Informer]:
-    core = core_api(str(kubeconfig))
+    api = api_client(str(kubeconfig))
+    core = client.CoreV1Api(api)
     return [
         Informer(
             list_func,
@@ -30,7 +33,7 @@ def _start_informers(kubeconfig: Path, post: Callable[[Change], None]) -> list[I
         ).start()
         for kind, list_func in (
             (SERVICES, core.list_service_for_all_namespaces),
-            (ENDPOINTS, core.list_endpoints_for_all_namespaces),
+            (SLICES, endpoint_slices_lister(api)),
         )
     ]
 

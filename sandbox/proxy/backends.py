@@ -1,9 +1,11 @@
 """Which pods a Service port leads to, computed as kube-proxy does (pure functions).
 
-A Service port matches the Endpoints ports of the same name (both unnamed for a
-single-port Service); the endpoint port is the resolved targetPort. Only ready
-addresses count. Pod IPs are bookkeeping: `PodPorts` turns (pod IP, port) into the
-127.0.0.1 port the kubelet recorded in `pod-ports.json`, the only address ever dialled.
+kube-proxy routes by EndpointSlices, not Endpoints: a Service port matches the slice
+ports of the same name (both unnamed for a single-port Service); the endpoint port is
+the resolved targetPort. Only ready endpoints count (`ready` unset means ready), each
+by its first address, every slice of the Service together, duplicates once. Pod IPs
+are bookkeeping: `PodPorts` turns (pod IP, port) into the 127.0.0.1 port the kubelet
+recorded in `pod-ports.json`, the only address ever dialled.
 """
 
 from __future__ import annotations
@@ -45,18 +47,23 @@ def service_ports(service: dict[str, Any]) -> list[ServicePort]:
     ]
 
 
-def ready_backends(endpoints: dict[str, Any] | None, port_name: str) -> list[Backend]:
-    """Ready (address, port) pairs of the Endpoints port named like the Service port."""
-    backends = []
-    for subset in (endpoints or {}).get("subsets") or []:
+def ready_backends(slices: list[dict[str, Any]], port_name: str) -> list[Backend]:
+    """Ready (address, port) pairs of the slice ports named like the Service port."""
+    backends: dict[Backend, None] = {}
+    for endpoint_slice in slices:
         ports = [
             p["port"]
-            for p in subset.get("ports") or []
-            if (p.get("name") or "") == port_name and (p.get("protocol") or "TCP") == "TCP"
+            for p in endpoint_slice.get("ports") or []
+            if (p.get("name") or "") == port_name
+            and (p.get("protocol") or "TCP") == "TCP"
+            and p.get("port") is not None
         ]
-        for address in subset.get("addresses") or []:
-            backends += [Backend(ip=address["ip"], port=port) for port in ports]
-    return backends
+        for endpoint in endpoint_slice.get("endpoints") or []:
+            addresses = endpoint.get("addresses") or []
+            if not addresses or (endpoint.get("conditions") or {}).get("ready") is False:
+                continue
+            backends.update((Backend(ip=addresses[0], port=port), None) for port in ports)
+    return list(backends)
 
 
 class PodPorts:

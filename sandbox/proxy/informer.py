@@ -71,7 +71,24 @@ class Informer:
             version = stream.resource_version or version
 
 
-def core_api(kubeconfig: str) -> client.CoreV1Api:
+def api_client(kubeconfig: str) -> client.ApiClient:
     from kubernetes import config
 
-    return client.CoreV1Api(config.new_client_from_config(config_file=kubeconfig))
+    return config.new_client_from_config(config_file=kubeconfig)
+
+
+def endpoint_slices_lister(api: client.ApiClient) -> ListFunc:
+    """List (and watch) EndpointSlices in every namespace, in the version the server
+    serves (v1 from 1.21, v1beta1 on 1.20), found by discovery as kube-proxy does."""
+    from flows.kube.client import Kube
+    from flows.kube.slices import GROUP, served_version
+
+    version = served_version(Kube(api))
+    if version is None:
+        raise RuntimeError(f"the API server serves no {GROUP} EndpointSlices")
+    objects = client.CustomObjectsApi(api)
+
+    def list_endpoint_slices(**params: Any) -> Any:
+        return objects.list_cluster_custom_object(GROUP, version, "endpointslices", **params)
+
+    return list_endpoint_slices

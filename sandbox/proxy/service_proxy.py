@@ -1,9 +1,11 @@
-"""The proxy's state: Services and Endpoints as last seen, one listener per Service port.
+"""The proxy's state: Services and EndpointSlices as last seen, one listener per Service
+port.
 
 Informer threads post changes; one coroutine applies them in order, so listeners are
-opened, updated and closed without locks. After each batch of changes the addresses
-file is rewritten (only if it changed). Readiness: the first write after both the
-Service and the Endpoints lists have been applied.
+opened, updated and closed without locks. A slice belongs to the Service named by its
+`kubernetes.io/service-name` label (a Service may have several). After each batch of
+changes the addresses file is rewritten (only if it changed). Readiness: the first
+write after both the Service and the EndpointSlice lists have been applied.
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ from sandbox.proxy.backends import PodPorts, ready_backends, service_ports
 from sandbox.proxy.informer import Obj
 from sandbox.proxy.listener import ServiceListener
 
-SERVICES, ENDPOINTS = "services", "endpoints"
+SERVICES, SLICES = "services", "endpointslices"
+SERVICE_NAME_LABEL = "kubernetes.io/service-name"
 POD_PORTS_FILE = "pod-ports.json"
 Key = tuple[str, str]
 log = logging.getLogger(__name__)
@@ -27,7 +30,7 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Change:
-    kind: str  # SERVICES or ENDPOINTS
+    kind: str  # SERVICES or SLICES
     listing: list[Obj] | None = None  # a full list replaces what was known
     event: str = ""  # ADDED / MODIFIED / DELETED
     obj: Obj | None = None
@@ -37,11 +40,19 @@ def _key(obj: Obj) -> Key:
     return obj["metadata"]["namespace"], obj["metadata"]["name"]
 
 
+def _service_key(kind: str, obj: Obj) -> Key:
+    """The Service an object is about: itself, or the one a slice names."""
+    if kind == SERVICES:
+        return _key(obj)
+    labels = obj["metadata"].get("labels") or {}
+    return obj["metadata"]["namespace"], labels.get(SERVICE_NAME_LABEL, "")
+
+
 class ServiceProxy:
     def __init__(self, run_dir: Path) -> None:
         self._run_dir = run_dir
         self._pod_ports = PodPorts(run_dir / POD_PORTS_FILE)
-        self._known: dict[str, dict[Key, Obj]] = {SERVICES: {}, ENDPOINTS: {}}
+        self._known: dict[str, dict[Key, Obj]] = {SERVICES: {}, SLICES: {}}
         self._synced: set[str] = set()
         self._listeners: dict[tuple[str, str, int], ServiceListener] = {}
         self._changes: asyncio.Queue[Change] = asyncio.Queue()
@@ -61,7 +72,7 @@ class ServiceProxy:
                     await self._reconcile(key)
                 except OSError as exc:  # no port to listen on: say so, retry at the next change
                     log.error("service %s/%s: cannot open its listener: %s", *key, exc)
-            if self._synced == {SERVICES, ENDPOINTS}:
+            if self._synced == {SERVICES, SLICES}:
                 first = self._written is None
                 self._write()
                 if first:
@@ -73,24 +84,29 @@ class ServiceProxy:
         addresses_file(self._run_dir).unlink(missing_ok=True)
 
     def _apply(self, change: Change) -> set[Key]:
-        known = self._known[change.kind]
+        """Apply one change; returns the Services it touches."""
+        known, kind = self._known[change.kind], change.kind
         if change.listing is not None:
-            before = set(known)
+            before = {_service_key(kind, obj) for obj in known.values()}
             known.clear()
             known.update((_key(obj), obj) for obj in change.listing)
-            self._synced.add(change.kind)
-            return before | set(known)
+            self._synced.add(kind)
+            return before | {_service_key(kind, obj) for obj in known.values()}
         assert change.obj is not None
         key = _key(change.obj)
+        touched = {_service_key(kind, change.obj)}
+        if key in known:
+            touched.add(_service_key(kind, known[key]))
         if change.event == "DELETED":
             known.pop(key, None)
         else:
             known[key] = change.obj
-        return {key}
+        return touched
 
     async def _reconcile(self, key: Key) -> None:
         service = self._known[SERVICES].get(key)
         wanted = {(*key, p.port): p for p in (service_ports(service) if service else [])}
+        slices = [o for o in self._known[SLICES].values() if _service_key(SLICES, o) == key]
         for gone in [k for k in self._listeners if k[:2] == key and k not in wanted]:
             self._listeners.pop(gone).close()
         for listener_key, port in wanted.items():
@@ -100,7 +116,7 @@ class ServiceProxy:
                 await listener.start()
                 self._listeners[listener_key] = listener
             listener.port = port
-            listener.backends = ready_backends(self._known[ENDPOINTS].get(key), port.name)
+            listener.backends = ready_backends(slices, port.name)
 
     def _write(self) -> None:
         addresses = [

@@ -1,5 +1,6 @@
-"""A Service port leads to the ready addresses of the Endpoints port with the same name
-(as kube-proxy matches them), only TCP, never for headless or ExternalName Services;
+"""A Service port leads to the ready endpoints of its EndpointSlices' port with the same
+name (as kube-proxy matches them; every slice of the Service together, each endpoint by
+its first address, duplicates once), only TCP, never for headless or ExternalName Services;
 pod IPs are looked up in the kubelet's pod-ports.json, re-read when it is replaced."""
 
 from __future__ import annotations
@@ -35,39 +36,43 @@ def test_service_ports(service: dict[str, Any], expected: list[ServicePort]) -> 
     assert service_ports(service) == expected
 
 
-ENDPOINTS = {
-    "subsets": [
-        {
-            "addresses": [{"ip": "10.244.0.1"}, {"ip": "10.244.0.2"}],
-            "notReadyAddresses": [{"ip": "10.244.0.3"}],
-            "ports": [{"name": "http", "port": 8080}, {"name": "metrics", "port": 9090}],
-        },
-        {"addresses": [{"ip": "10.244.0.4"}], "ports": [{"name": "http", "port": 8081}]},
-    ]
-}
+SLICES = [
+    {
+        "endpoints": [
+            {"addresses": ["10.244.0.1"], "conditions": {"ready": True}},
+            {"addresses": ["10.244.0.2", "10.244.9.9"]},  # ready unset: ready
+            {"addresses": ["10.244.0.3"], "conditions": {"ready": False}},
+        ],
+        "ports": [{"name": "http", "port": 8080}, {"name": "metrics", "port": 9090}],
+    },
+    {
+        "endpoints": [
+            {"addresses": ["10.244.0.4"], "conditions": {"ready": True}},
+            {"addresses": ["10.244.0.1"], "conditions": {"ready": True}},
+        ],
+        "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}],
+    },
+]
 
 
 @pytest.mark.parametrize(
-    ("endpoints", "port_name", "expected"),
+    ("slices", "port_name", "expected"),
     [
+        (SLICES, "http", ["10.244.0.1:8080", "10.244.0.2:8080", "10.244.0.4:8080"]),
+        (SLICES, "metrics", ["10.244.0.1:9090", "10.244.0.2:9090"]),
+        (SLICES, "", []),
         (
-            ENDPOINTS,
-            "http",
-            ["10.244.0.1:8080", "10.244.0.2:8080", "10.244.0.4:8081"],
-        ),
-        (ENDPOINTS, "metrics", ["10.244.0.1:9090", "10.244.0.2:9090"]),
-        (ENDPOINTS, "", []),
-        (
-            {"subsets": [{"addresses": [{"ip": "10.244.0.5"}], "ports": [{"port": 80}]}]},
+            [{"endpoints": [{"addresses": ["10.244.0.5"]}], "ports": [{"port": 80}]}],
             "",
             ["10.244.0.5:80"],
         ),
-        ({"subsets": None}, "http", []),
-        (None, "http", []),
+        ([{"endpoints": None, "ports": [{"name": "http", "port": 80}]}], "http", []),
+        ([{"endpoints": [{"addresses": ["10.244.0.6"]}], "ports": None}], "http", []),
+        ([], "http", []),
     ],
 )
-def test_ready_backends(endpoints: Any, port_name: str, expected: list[str]) -> None:
-    assert [str(b) for b in ready_backends(endpoints, port_name)] == expected
+def test_ready_backends(slices: list[dict[str, Any]], port_name: str, expected: list[str]) -> None:
+    assert [str(b) for b in ready_backends(slices, port_name)] == expected
 
 
 def test_pod_ports_follow_the_file(tmp_path: Path) -> None:

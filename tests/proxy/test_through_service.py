@@ -1,8 +1,11 @@
 """Through the service proxy the sandbox runs, with pods the real kubelet runs: a request
 to a Service's proxy address reaches a Ready pod behind it; when the Service's selector
 moves to another pod, new connections go there as soon as the proxy has seen the new
-Endpoints, while a stream already open to the old pod keeps flowing to its end; a
-Service without ready endpoints resets connections; a deleted Service's listener goes."""
+EndpointSlices, while a stream already open to the old pod keeps flowing to its end; a
+Service without ready endpoints resets connections; a deleted Service's listener goes.
+Like kube-proxy, it routes by EndpointSlices, not Endpoints: a Service without a
+selector whose only route is an EndpointSlice written by another controller (a mesh,
+say) reaches the pod that slice names."""
 
 from __future__ import annotations
 
@@ -20,6 +23,7 @@ from kubernetes import client
 
 from sandbox.proxy import ProxyAddress, read_addresses
 from sandbox.state import SandboxState
+from tests.endpoint_slices import create_slice
 from tests.kubelet import objects
 from tests.kubelet_server.cluster import (
     push_server_image,
@@ -149,3 +153,27 @@ def test_service_without_ready_endpoints_resets(
         time.sleep(0.05)
     with pytest.raises(ConnectionRefusedError):
         socket.create_connection((host, int(port)), timeout=10)
+
+
+def test_routes_follow_endpoint_slices_not_endpoints(
+    sandbox: SandboxState, kube_api: client.ApiClient, pods: tuple[str, dict[str, str]]
+) -> None:
+    namespace, ips = pods
+    core = client.CoreV1Api(kube_api)
+    ports = [{"name": "http", "protocol": "TCP", "port": 80, "targetPort": 8080}]
+    core.create_namespaced_service(
+        namespace, {"metadata": {"name": "sliced"}, "spec": {"ports": ports}}
+    )
+    create_slice(
+        kube_api,
+        namespace,
+        name="sliced-mesh",
+        service="sliced",
+        endpoints=[{"addresses": [ips["a"]], "conditions": {"ready": True}}],
+        port_names=("http",),
+    )
+    with pytest.raises(client.exceptions.ApiException) as absent:
+        core.read_namespaced_endpoints("sliced", namespace)
+    assert absent.value.status == 404  # nothing routes this Service but the slice
+    address = _wait_listener(sandbox.run_dir, namespace, "sliced", [f"{ips['a']}:8080"])
+    assert _served_model(address) == "a"
