@@ -11,6 +11,7 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -87,6 +88,11 @@ def seeded(sandbox: SandboxState, kube: Kube, world: World) -> Iterator[str]:
     apply_before_state(sandbox.kubeconfig, world, namespace)
     wait_deployments_ready(kube, namespace, BEFORE)
     yield namespace
+    remove_seeded(kube, namespace)
+
+
+def remove_seeded(kube: Kube, namespace: str) -> None:
+    """Delete a seeded namespace and its PersistentVolume, waiting until its pods are gone."""
     kube.core.delete_namespace(namespace)
     deadline = time.monotonic() + 120
     while kube.core.list_namespaced_pod(namespace).items and time.monotonic() < deadline:
@@ -167,6 +173,20 @@ def start_handoff(spec: Path, env: dict[str, str], *extra: str) -> subprocess.Po
         stderr=subprocess.STDOUT,
         start_new_session=True,
     )
+
+
+@contextmanager
+def handoff_process(
+    spec: Path, env: dict[str, str], *extra: str
+) -> Iterator[subprocess.Popen[str]]:
+    """`handoff run` in the background, killed on the way out if it has not ended."""
+    process = start_handoff(spec, env, *extra)
+    try:
+        yield process
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
 
 
 def service(kube: Kube, namespace: str, name: str) -> client.V1Service:

@@ -10,10 +10,17 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 GPU = "nvidia.com/gpu"
+REVISION_ANNOTATION = "deployment.kubernetes.io/revision"
 
 
 class _Snapshot(BaseModel):
     model_config = ConfigDict(frozen=True)
+
+
+class ServicePort(_Snapshot):
+    name: str = ""
+    port: int
+    target_port: int | str = Field(description="a number, or the name of a container port")
 
 
 class ServiceSnapshot(_Snapshot):
@@ -24,6 +31,7 @@ class ServiceSnapshot(_Snapshot):
     cluster_ip: str | None
     selector: dict[str, str]
     annotations: dict[str, str] = Field(default_factory=dict)
+    ports: list[ServicePort] = Field(default_factory=list)
 
 
 class DeploymentSnapshot(_Snapshot):
@@ -44,6 +52,24 @@ class DeploymentSnapshot(_Snapshot):
     annotations: dict[str, str] = Field(default_factory=dict)
     spec: dict[str, Any] = Field(description="the whole spec, for restoring it on rollback")
 
+    @property
+    def revision(self) -> str | None:
+        """The rollout revision the Deployment controller gave its current ReplicaSet."""
+        return self.annotations.get(REVISION_ANNOTATION)
+
+
+class ReplicaSetSnapshot(_Snapshot):
+    name: str
+    uid: str
+    owner_uid: str | None = Field(description="uid of the controlling Deployment, if any")
+    owner: str | None = Field(description="name of the controlling Deployment, if any")
+    revision: str | None
+    replicas: int = Field(description="spec.replicas: pods wanted")
+    created: int = Field(description="status.replicas: pods that exist")
+    failure: str | None = Field(
+        None, description="ReplicaFailure condition: why pods could not be created"
+    )
+
 
 class PodSnapshot(_Snapshot):
     name: str
@@ -56,6 +82,7 @@ class PodSnapshot(_Snapshot):
     gpus: int
     restart_count: int
     owner: str | None = Field(description="name of the owning ReplicaSet, if any")
+    owner_uid: str | None = Field(None, description="uid of the owning ReplicaSet, if any")
     waiting_reasons: list[str] = Field(default_factory=list)
     waiting_messages: list[str] = Field(default_factory=list)
     unschedulable: str | None = Field(None, description="scheduler's message when Unschedulable")
@@ -72,6 +99,9 @@ class NodeSnapshot(_Snapshot):
 
 
 class EndpointsSnapshot(_Snapshot):
+    """An Endpoints object or one EndpointSlice: which pods it routes to."""
+
+    name: str = ""
     ready_pods: list[str]
     not_ready_pods: list[str]
 

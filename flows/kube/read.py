@@ -1,4 +1,5 @@
-"""Reads: typed snapshots of Services, Deployments, pods, nodes, Endpoints, events, logs."""
+"""Reads: typed snapshots of Services, Deployments, ReplicaSets, pods, nodes, Endpoints,
+events, logs."""
 
 from __future__ import annotations
 
@@ -7,10 +8,13 @@ from typing import Any
 
 from flows.kube.client import Kube, NotFound, mapped
 from flows.kube.objects import (
+    REVISION_ANNOTATION,
     DeploymentSnapshot,
     EndpointsSnapshot,
     NodeSnapshot,
     PodSnapshot,
+    ReplicaSetSnapshot,
+    ServicePort,
     ServiceSnapshot,
     pod_spec_gpus,
 )
@@ -42,6 +46,14 @@ def service_snapshot(raw: dict[str, Any]) -> ServiceSnapshot:
         cluster_ip=spec.get("clusterIP"),
         selector=spec.get("selector") or {},
         annotations=meta.get("annotations") or {},
+        ports=[
+            ServicePort(
+                name=p.get("name") or "",
+                port=p["port"],
+                target_port=p.get("targetPort") or p["port"],
+            )
+            for p in spec.get("ports") or []
+        ],
     )
 
 
@@ -84,7 +96,7 @@ def pod_snapshot(raw: dict[str, Any]) -> PodSnapshot:
     statuses = status.get("containerStatuses") or []
     waiting = [(s.get("state") or {}).get("waiting") for s in statuses]
     scheduled = conditions.get("PodScheduled", {})
-    owners = [o["name"] for o in meta.get("ownerReferences") or [] if o.get("kind") == "ReplicaSet"]
+    owners = [o for o in meta.get("ownerReferences") or [] if o.get("kind") == "ReplicaSet"]
     return PodSnapshot(
         name=meta["name"],
         uid=meta["uid"],
@@ -95,7 +107,8 @@ def pod_snapshot(raw: dict[str, Any]) -> PodSnapshot:
         terminating=meta.get("deletionTimestamp") is not None,
         gpus=pod_spec_gpus(spec),
         restart_count=sum(s.get("restartCount", 0) for s in statuses),
-        owner=owners[0] if owners else None,
+        owner=owners[0]["name"] if owners else None,
+        owner_uid=owners[0]["uid"] if owners else None,
         waiting_reasons=[w["reason"] for w in waiting if w and w.get("reason")],
         waiting_messages=[w["message"] for w in waiting if w and w.get("message")],
         unschedulable=scheduled.get("message")
@@ -119,6 +132,58 @@ def _when(value: Any) -> dt.datetime:
     return value if isinstance(value, dt.datetime) else dt.datetime.fromisoformat(value)
 
 
+def replica_set_snapshot(raw: dict[str, Any]) -> ReplicaSetSnapshot:
+    meta, status = raw["metadata"], raw.get("status") or {}
+    owners = [o for o in meta.get("ownerReferences") or [] if o.get("controller")]
+    failure = next(
+        (
+            f"{c.get('reason')}: {c.get('message')}"
+            for c in status.get("conditions") or []
+            if c["type"] == "ReplicaFailure" and c["status"] == "True"
+        ),
+        None,
+    )
+    return ReplicaSetSnapshot(
+        name=meta["name"],
+        uid=meta["uid"],
+        owner_uid=owners[0]["uid"] if owners else None,
+        owner=owners[0]["name"] if owners else None,
+        revision=(meta.get("annotations") or {}).get(REVISION_ANNOTATION),
+        replicas=(raw.get("spec") or {}).get("replicas", 1),
+        created=status.get("replicas", 0),
+        failure=failure,
+    )
+
+
+def list_replica_sets(
+    kube: Kube, namespace: str, selector: dict[str, str] | None = None
+) -> list[ReplicaSetSnapshot]:
+    with mapped(f"list ReplicaSets in {namespace}"):
+        raw = _raw(
+            kube,
+            kube.apps.list_namespaced_replica_set(
+                namespace, label_selector=_label_selector(selector)
+            ),
+        )
+    return [replica_set_snapshot(r) for r in raw["items"]]
+
+
+def read_replica_set(kube: Kube, namespace: str, name: str) -> ReplicaSetSnapshot:
+    with mapped(f"read ReplicaSet {namespace}/{name}"):
+        return replica_set_snapshot(
+            _raw(kube, kube.apps.read_namespaced_replica_set(name, namespace))
+        )
+
+
+def read_pod(kube: Kube, namespace: str, name: str) -> PodSnapshot:
+    with mapped(f"read pod {namespace}/{name}"):
+        return pod_snapshot(_raw(kube, kube.core.read_namespaced_pod(name, namespace)))
+
+
+def _label_selector(selector: dict[str, str] | None) -> str | None:
+    return ",".join(f"{k}={v}" for k, v in (selector or {}).items()) or None
+
+
 def _last_exit(statuses: list[dict[str, Any]]) -> str | None:
     for s in statuses:
         for state in (s.get("state") or {}, s.get("lastState") or {}):
@@ -131,9 +196,10 @@ def _last_exit(statuses: list[dict[str, Any]]) -> str | None:
 def list_pods(
     kube: Kube, namespace: str, selector: dict[str, str] | None = None
 ) -> list[PodSnapshot]:
-    label_selector = ",".join(f"{k}={v}" for k, v in (selector or {}).items()) or None
     with mapped(f"list pods in {namespace}"):
-        raw = _raw(kube, kube.core.list_namespaced_pod(namespace, label_selector=label_selector))
+        raw = _raw(
+            kube, kube.core.list_namespaced_pod(namespace, label_selector=_label_selector(selector))
+        )
     return [pod_snapshot(p) for p in raw["items"]]
 
 
@@ -179,7 +245,11 @@ def endpoints_snapshot(raw: dict[str, Any]) -> EndpointsSnapshot:
     for subset in raw.get("subsets") or []:
         ready += [_pod_name(a) for a in subset.get("addresses") or []]
         not_ready += [_pod_name(a) for a in subset.get("notReadyAddresses") or []]
-    return EndpointsSnapshot(ready_pods=sorted(set(ready)), not_ready_pods=sorted(set(not_ready)))
+    return EndpointsSnapshot(
+        name=raw["metadata"]["name"],
+        ready_pods=sorted(set(ready)),
+        not_ready_pods=sorted(set(not_ready)),
+    )
 
 
 def _pod_name(address: dict[str, Any]) -> str:

@@ -16,9 +16,15 @@ from kubernetes import watch
 from kubernetes.client.exceptions import ApiException
 
 from flows.errors import TransientError
+from flows.kube import slices
 from flows.kube.client import Kube, mapped
-from flows.kube.objects import DeploymentSnapshot, EndpointsSnapshot, PodSnapshot
-from flows.kube.read import endpoints_snapshot, pod_snapshot
+from flows.kube.objects import (
+    DeploymentSnapshot,
+    EndpointsSnapshot,
+    PodSnapshot,
+    ReplicaSetSnapshot,
+)
+from flows.kube.read import endpoints_snapshot, pod_snapshot, replica_set_snapshot
 
 T = TypeVar("T")
 S = TypeVar("S")
@@ -71,7 +77,66 @@ def wait_endpoints(
         decide=decide,
         deadline_s=deadline_s,
         what=what,
-        describe=lambda items: repr(list(items.values())),
+        describe=_describe_routes,
+    )
+
+
+def wait_endpoint_slices(
+    kube: Kube,
+    namespace: str,
+    service: str,
+    *,
+    version: str,
+    decide: Callable[[list[EndpointsSnapshot]], T | None],
+    deadline_s: float,
+    what: str,
+) -> T:
+    """Follow every EndpointSlice of the Service until decide(slices) returns a value."""
+    return watch_until(
+        kube,
+        slices.list_function(kube, version),
+        namespace,
+        label_selector=f"{slices.SERVICE_NAME_LABEL}={service}",
+        snapshot=slices.slice_snapshot,
+        decide=decide,
+        deadline_s=deadline_s,
+        what=what,
+        describe=_describe_routes,
+    )
+
+
+def wait_replica_sets(
+    kube: Kube,
+    namespace: str,
+    selector: dict[str, str],
+    *,
+    decide: Callable[[list[ReplicaSetSnapshot]], T | None],
+    deadline_s: float,
+    what: str,
+) -> T:
+    """Follow the ReplicaSets matching selector until decide(replica_sets) returns a value."""
+    return watch_until(
+        kube,
+        kube.apps.list_namespaced_replica_set,
+        namespace,
+        label_selector=",".join(f"{k}={v}" for k, v in selector.items()),
+        snapshot=replica_set_snapshot,
+        decide=decide,
+        deadline_s=deadline_s,
+        what=what,
+        describe=lambda items: (
+            "; ".join(f"{r.name} {r.created}/{r.replicas} created" for r in items.values())
+            or "no ReplicaSets"
+        ),
+    )
+
+
+def _describe_routes(items: dict[str, EndpointsSnapshot]) -> str:
+    return (
+        "; ".join(
+            f"{e.name}: ready {e.ready_pods}, not ready {e.not_ready_pods}" for e in items.values()
+        )
+        or "none"
     )
 
 
