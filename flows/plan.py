@@ -61,6 +61,7 @@ class Plan(BaseModel):
     gpus_per_pod: int
     decision: Decision
     downtime: downtime.Downtime | None
+    capacity_wait_s: float = 0.0
     pin_live_selector: dict[str, str] | None
     dry_runs: list[DryRun]
 
@@ -147,6 +148,7 @@ def make_plan(kube: Kube, spec: HandoffSpec) -> Plan:
         downtime=_declare_downtime(kube, spec, manifest, current, ns_pods)
         if decision.strategy is Strategy.IN_PLACE
         else None,
+        capacity_wait_s=spec.candidate.capacity_wait_s,
         pin_live_selector=pin,
         dry_runs=_dry_runs(kube, spec, service, current, manifest, str(decision.strategy))
         if decision.strategy

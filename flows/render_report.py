@@ -34,6 +34,12 @@ def plan_markdown(plan: Plan) -> str:
         f"**Strategy:** {plan.strategy or 'refused'}",
         *[f"  - {reason}" for reason in plan.decision.reasons],
     ]
+    lines.append(
+        f"**Unschedulable candidate pods:** wait up to {plan.capacity_wait_s:g} s for capacity "
+        "(candidate.capacity_wait_s), then fail"
+        if plan.capacity_wait_s
+        else "**Unschedulable candidate pods:** fail at once (candidate.capacity_wait_s: 0)"
+    )
     if plan.downtime is not None:
         lines.append(plan.downtime.markdown())
     if plan.pin_live_selector:

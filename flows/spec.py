@@ -42,6 +42,12 @@ class CandidateSpec(_Model):
     port: int = Field(8080, description="container port the gates talk to")
     replicas: int = Field(1, ge=1, description="replicas after scale-up")
     preview_replicas: int = Field(1, ge=1, description="replicas while gating")
+    capacity_wait_s: float = Field(
+        0.0,
+        ge=0,
+        description="how long Unschedulable candidate pods may wait for capacity (a cluster "
+        "autoscaler or Karpenter adding a node) before the handoff fails; 0 fails at once",
+    )
 
 
 class ImageSpec(_Model):

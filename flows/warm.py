@@ -1,10 +1,15 @@
 """Step 4, warm: scale the candidate to its preview count and wait until it serves.
 
-Observes the candidate's pods through a watch; decides with `decide_warm` (pure):
-Ready when enough pods are Ready, failed at once on CrashLoopBackOff, a crash,
-ImagePullBackOff or Unschedulable, else keep watching. Ready also means answering:
-the smoke gate runs against every ready pod through a port-forward. Changes only
-the candidate's replica count, so a rerun converges to the same state.
+Observes, through watches, first the candidate's ReplicaSet until its pods exist
+(`decide_created`: failed at once when admission refuses them, e.g. a ResourceQuota,
+LimitRange or pod security rejection, seen as the ReplicaSet's ReplicaFailure), then
+its pods (`decide_warm`): Ready when enough pods are Ready, failed at once on
+CrashLoopBackOff, a crash, ImagePullBackOff or Unschedulable, else keep watching.
+With `candidate.capacity_wait_s` set, Unschedulable pods first get that long to be
+scheduled (`decide_scheduled`), for autoscalers that add nodes for pending pods.
+Ready also means answering: the smoke gate runs against every ready pod through a
+port-forward. Changes only the candidate's replica count, so a rerun converges to
+the same state.
 """
 
 from __future__ import annotations
@@ -14,9 +19,9 @@ from dataclasses import dataclass
 
 from flows.errors import PermanentError
 from flows.kube import read, write
-from flows.kube.objects import PodSnapshot
+from flows.kube.objects import PodSnapshot, ReplicaSetSnapshot
 from flows.kube.portforward import pod_forward, problems_note
-from flows.kube.wait import wait_pods
+from flows.kube.wait import WaitTimedOut, wait_pods, wait_replica_sets
 from flows.ledger import REVISION_LABEL, Phase
 from flows.progress import HandoffRun
 from flows.render import compute_startup_allowance, load_manifest
@@ -50,9 +55,43 @@ class WarmVerdict:
     pod: str | None = None
 
 
+# How the apiserver words an admission refusal (quota, LimitRange, pod security: 403;
+# a pod that fails validation: 422). Other create errors are retried by the ReplicaSet.
+REFUSED = ("is forbidden", "is invalid")
+
+
+def decide_created(replica_sets: list[ReplicaSetSnapshot], want: int) -> WarmVerdict | None:
+    """Failing when admission refuses a ReplicaSet's pods, done once `want` pods exist,
+    else None. The ReplicaSet names itself in `pod`, for the evidence."""
+    for rs in replica_sets:
+        if rs.failure and any(words in rs.failure for words in REFUSED):
+            return WarmVerdict(
+                failure=f"ReplicaSet {rs.name} cannot create its pods: {rs.failure}", pod=rs.name
+            )
+    return WarmVerdict() if sum(rs.created for rs in replica_sets) >= want else None
+
+
+def decide_scheduled(pods: list[PodSnapshot], want: int) -> WarmVerdict | None:
+    """While waiting for capacity: done once `want` pods are bound to nodes; every other
+    failure still fails at once."""
+    live = [p for p in pods if not p.terminating]
+    failed = _failure(live, unschedulable_fails=False)
+    if failed is not None:
+        return failed
+    return WarmVerdict() if sum(p.node is not None for p in live) >= want else None
+
+
 def decide_warm(pods: list[PodSnapshot], want: int) -> WarmVerdict | None:
     """Ready, failing (with the reason), or None to keep waiting."""
     live = [p for p in pods if not p.terminating]
+    failed = _failure(live, unschedulable_fails=True)
+    if failed is not None:
+        return failed
+    ready = sorted(p.name for p in live if p.ready)
+    return WarmVerdict(ready=tuple(ready[:want])) if len(ready) >= want else None
+
+
+def _failure(live: list[PodSnapshot], *, unschedulable_fails: bool) -> WarmVerdict | None:
     for pod in live:
         bad = sorted(FAIL_FAST.intersection(pod.waiting_reasons))
         if bad:
@@ -65,12 +104,11 @@ def decide_warm(pods: list[PodSnapshot], want: int) -> WarmVerdict | None:
                 failure=f"pod {pod.name} crashed ({pod.last_exit}); restarts: {pod.restart_count}",
                 pod=pod.name,
             )
-        if pod.unschedulable:
+        if pod.unschedulable and unschedulable_fails:
             return WarmVerdict(
                 failure=f"pod {pod.name} is Unschedulable: {pod.unschedulable}", pod=pod.name
             )
-    ready = sorted(p.name for p in live if p.ready)
-    return WarmVerdict(ready=tuple(ready[:want])) if len(ready) >= want else None
+    return None
 
 
 def candidate_selector(run: HandoffRun) -> dict[str, str]:
@@ -85,6 +123,18 @@ def wait_candidate_ready(run: HandoffRun, replicas: int) -> tuple[str, ...]:
     write.scale_deployment(run.kube, spec.namespace, run.candidate_name, replicas)
     deadline = compute_startup_allowance(load_manifest(spec), spec.candidate.container) + 60.0
     started = time.monotonic()
+    created = wait_replica_sets(
+        run.kube,
+        spec.namespace,
+        candidate_selector(run),
+        decide=lambda replica_sets: decide_created(replica_sets, replicas),
+        deadline_s=run.limit(deadline),
+        what=f"{replicas} pod(s) of {run.candidate_name} to be created",
+    )
+    if created.failure:
+        raise CandidateFailed(created.failure, _events(run, created.pod))
+    if spec.candidate.capacity_wait_s > 0:
+        _wait_for_capacity(run, replicas)
     verdict = wait_pods(
         run.kube,
         spec.namespace,
@@ -97,6 +147,35 @@ def wait_candidate_ready(run: HandoffRun, replicas: int) -> tuple[str, ...]:
         raise CandidateFailed(verdict.failure, _evidence(run, verdict.pod))
     run.evidence.setdefault("candidate_start_s", round(time.monotonic() - started, 2))
     return verdict.ready
+
+
+def _wait_for_capacity(run: HandoffRun, replicas: int) -> None:
+    """Give Unschedulable pods `capacity_wait_s` to be scheduled (a node being added)."""
+    spec, wait_s = run.spec, run.spec.candidate.capacity_wait_s
+    try:
+        verdict = wait_pods(
+            run.kube,
+            spec.namespace,
+            candidate_selector(run),
+            decide=lambda pods: decide_scheduled(pods, replicas),
+            deadline_s=wait_s,
+            what=f"{replicas} pod(s) of {run.candidate_name} to be scheduled",
+        )
+    except WaitTimedOut:
+        pending = [
+            p
+            for p in read.list_pods(run.kube, spec.namespace, candidate_selector(run))
+            if p.unschedulable and not p.terminating
+        ]
+        pod = pending[0] if pending else None
+        raise CandidateFailed(
+            f"pod {pod.name if pod else run.candidate_name} is still Unschedulable after "
+            f"waiting {wait_s:g} s for capacity (candidate.capacity_wait_s): "
+            f"{pod.unschedulable if pod else 'no pod was scheduled'}",
+            _evidence(run, pod.name if pod else None),
+        ) from None
+    if verdict.failure:
+        raise CandidateFailed(verdict.failure, _evidence(run, verdict.pod))
 
 
 def warm(run: HandoffRun) -> tuple[str, ...]:
@@ -128,13 +207,19 @@ def warm(run: HandoffRun) -> tuple[str, ...]:
     return pods
 
 
+def _events(run: HandoffRun, name: str | None) -> str:
+    if name is None:
+        return ""
+    events = "\n".join(f"  {e}" for e in read.recent_events(run.kube, run.spec.namespace, name))
+    return f"events of {name}:\n{events or '  (none)'}"
+
+
 def _evidence(run: HandoffRun, pod: str | None) -> str:
     if pod is None:
         return ""
     ns, container = run.spec.namespace, run.spec.candidate.container
-    events = "\n".join(f"  {e}" for e in read.recent_events(run.kube, ns, pod))
     logs = read.last_log_lines(run.kube, ns, pod, container, lines=10)
     if "no logs" in logs or not logs.strip():
         logs = read.last_log_lines(run.kube, ns, pod, container, lines=10, previous=True)
     indented = "\n".join(f"  {line}" for line in logs.splitlines())
-    return f"events of {pod}:\n{events or '  (none)'}\nlast log lines:\n{indented or '  (none)'}"
+    return f"{_events(run, pod)}\nlast log lines:\n{indented or '  (none)'}"
