@@ -2,13 +2,13 @@
 
 scale_up: the candidate to its target replicas, waiting (watch) until they are
 Ready, failing fast like warm. retire: each old workload to 0 replicas, kept (as
-the seed keeps the reference at 0), after the swap so no client is on it. Both are
-replica counts: setting the same count again changes nothing.
+the seed keeps the reference at 0), after the swap and only once the Service's
+EndpointSlices and Endpoints no longer route to it, so no new client reaches a pod
+that is stopping. Both are replica counts: setting the same count again changes
+nothing.
 """
 
 from __future__ import annotations
-
-import time
 
 from flows.kube import write
 from flows.kube.objects import PodSnapshot, owned_by_deployment
@@ -21,13 +21,10 @@ from flows.render import (
     load_manifest,
     render_candidate,
 )
-from flows.swap import point_service, target_selector
+from flows.swap import point_service, target_selector, verify_service
 from flows.warm import wait_candidate_ready
 
 RETIRE_S = 180.0
-# The Endpoints object changes at once; node proxies apply it a moment later. Pods
-# leaving a Service are stopped only after this, on top of the verified Endpoints.
-PROXY_SETTLE_S = 2.0
 
 
 def scale_up(run: HandoffRun) -> None:
@@ -47,7 +44,7 @@ def retire(run: HandoffRun) -> None:
     if run.twin:
         _rewrite_live_and_remove_twin(run)
     elif not run.spec.replaces_live:
-        time.sleep(PROXY_SETTLE_S)
+        verify_service(run, target_selector(run))
         for deployment in run.plan.current:
             write.scale_deployment(run.kube, run.spec.namespace, deployment.name, 0)
         for deployment in run.plan.current:
@@ -72,8 +69,7 @@ def _rewrite_live_and_remove_twin(run: HandoffRun) -> None:
     deadline = compute_startup_allowance(manifest, spec.candidate.container) + 60.0
     wait_rolled_out(run.kube, spec.namespace, spec.candidate.deployment, deadline_s=deadline)
     live_only = {**target_selector(run), WORKLOAD_LABEL: spec.candidate.deployment}
-    point_service(run, live_only)
-    time.sleep(PROXY_SETTLE_S)
+    point_service(run, live_only)  # returns once no route leads to the twin
     write.delete_deployment(run.kube, spec.namespace, run.candidate_name)
     _wait_none_owned(run, run.candidate_name, manifest["spec"]["selector"]["matchLabels"])
 

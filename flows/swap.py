@@ -4,17 +4,19 @@ Observes the Service; decides the target selector (the candidate Deployment's
 selector plus its revision label, so exactly one workload matches); changes it by
 one merge patch with a resourceVersion precondition (a 409 re-reads and retries),
 never by delete/recreate. Then verifies what clients get: the ClusterIP is the one
-in the snapshot, and Endpoints hold only ready candidate pods, before anything
-scales down. Idempotent: a Service already on the target selector is only verified.
+in the snapshot, and the Service's EndpointSlices (what kube-proxy and other data
+planes route by) hold only ready candidate pods, with its Endpoints as a second
+check, before anything scales down. Idempotent: a Service already on the target
+selector is only verified.
 """
 
 from __future__ import annotations
 
 from flows.errors import PermanentError
-from flows.kube import read, write
+from flows.kube import read, slices, write
 from flows.kube.client import Conflict
 from flows.kube.objects import EndpointsSnapshot
-from flows.kube.wait import wait_endpoints
+from flows.kube.wait import wait_endpoint_slices, wait_endpoints
 from flows.ledger import Phase
 from flows.progress import HandoffRun
 from flows.render import load_manifest, service_selector
@@ -60,8 +62,9 @@ def point_service(run: HandoffRun, target: dict[str, str]) -> None:
     )
 
 
-def verify_service(run: HandoffRun, selector: dict[str, str]) -> EndpointsSnapshot:
-    """ClusterIP unchanged, and Endpoints list only ready pods matching `selector`."""
+def verify_service(run: HandoffRun, selector: dict[str, str]) -> None:
+    """ClusterIP unchanged; the EndpointSlices, then the Endpoints, route only to ready
+    pods matching `selector` (waiting until they do: what clients reach follows them)."""
     spec = run.spec
     service = read.read_service(run.kube, spec.namespace, spec.service)
     if service.cluster_ip != run.ledger.snapshot.cluster_ip:
@@ -75,18 +78,31 @@ def verify_service(run: HandoffRun, selector: dict[str, str]) -> EndpointsSnapsh
         for p in read.list_pods(run.kube, spec.namespace, selector)
         if p.ready and not p.terminating
     }
-
-    def only_wanted(items: list[EndpointsSnapshot]) -> EndpointsSnapshot | None:
-        ep = items[0] if items else None
-        if ep and ep.ready_pods and set(ep.ready_pods) <= wanted and not ep.not_ready_pods:
-            return ep
-        return None
-
-    return wait_endpoints(
+    what = f"{{}} of Service {spec.namespace}/{spec.service} to route only to {sorted(wanted)}"
+    version = slices.served_version(run.kube)
+    if version is not None:
+        wait_endpoint_slices(
+            run.kube,
+            spec.namespace,
+            spec.service,
+            version=version,
+            decide=lambda items: decide_routes_only(items, wanted),
+            deadline_s=run.limit(ENDPOINTS_S),
+            what=what.format(f"the EndpointSlices ({slices.GROUP}/{version})"),
+        )
+    wait_endpoints(
         run.kube,
         spec.namespace,
         spec.service,
-        decide=only_wanted,
+        decide=lambda items: decide_routes_only(items, wanted),
         deadline_s=run.limit(ENDPOINTS_S),
-        what=f"Endpoints of {spec.service} to hold only {sorted(wanted)}",
+        what=what.format("the Endpoints"),
     )
+
+
+def decide_routes_only(routes: list[EndpointsSnapshot], wanted: set[str]) -> bool | None:
+    """True when the routes (Endpoints, or every EndpointSlice) together lead to some
+    ready pods, all of them wanted, and list no pod as not ready."""
+    ready = {pod for r in routes for pod in r.ready_pods}
+    not_ready = {pod for r in routes for pod in r.not_ready_pods}
+    return True if ready and ready <= wanted and not not_ready else None
