@@ -1,7 +1,9 @@
 """Step 5, gates: smoke, parity and latency against the warm candidate.
 
-Observes the candidate (one ready pod) and, side by side, the live baseline (one
-pod of the current workload), both through port-forwards. Decides with `gates/`
+Observes the candidate (one ready pod) and, side by side, the live baseline (a ready
+pod of the live Deployment's current ReplicaSet, on the live pods' own port: see
+`flows.baseline`), both through port-forwards; the latency report names both pods and
+their workloads, and refuses to compare a workload with itself. Decides with `gates/`
 (which returns values, never raises for a failed gate). Changes nothing on the
 cluster, so a rerun simply measures again. The evidence carries every gate's
 report and a hash binding them to the pinned image, for the approval.
@@ -17,12 +19,19 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from flows.baseline import (
+    PodIdentity,
+    check_distinct,
+    compute_live_port,
+    find_baseline,
+    identify_pod,
+)
 from flows.capacity import Strategy
 from flows.errors import GateFailed
-from flows.kube import read
 from flows.kube.portforward import Forward, pod_forward, problems_note
 from flows.ledger import Phase
 from flows.progress import HandoffRun
+from flows.render import load_manifest
 from gates.golden_format import Golden
 from gates.latency import run_latency_async
 from gates.parity import run_parity_async
@@ -62,14 +71,21 @@ def _forward(run: HandoffRun, pod: str) -> contextlib.AbstractContextManager[For
     return pod_forward(run.kube, run.spec.namespace, pod, run.spec.candidate.port)
 
 
-def _baseline_pod(run: HandoffRun) -> str | None:
-    """A ready pod of the live workload, when side by side (in place it is gone)."""
+def _baseline(run: HandoffRun) -> PodIdentity | None:
+    """A ready pod of a live workload, when side by side (in place it is gone)."""
     if run.plan.strategy is not Strategy.SIDE_BY_SIDE:
         return None
+    candidate_template = load_manifest(run.spec)["spec"]["template"]
     for deployment in run.plan.current:
-        for pod in read.list_pods(run.kube, run.spec.namespace, deployment.selector):
-            if pod.ready and not pod.terminating:
-                return pod.name
+        port = compute_live_port(
+            service_ports=run.plan.service.ports,
+            candidate_template=candidate_template,
+            candidate_port=run.spec.candidate.port,
+            live_template=deployment.spec["template"],
+        )
+        found = find_baseline(run.kube, run.spec.namespace, deployment, port)
+        if found is not None:
+            return found
     return None
 
 
@@ -92,7 +108,7 @@ def run_gates(run: HandoffRun, candidate_pods: tuple[str, ...]) -> Evidence:
             parity = run_parity_async(url, golden, gates.parity.tolerances, model_id=gates.model_id)
             summaries.append(_within(run, "parity", gates.parity.budget_s, parity, bounded))
         if gates.latency is not None:
-            summaries.append(_latency(run, url, forwards, bounded))
+            summaries.append(_latency(run, candidate_pods[0], url, forwards, bounded))
     problems = list(dict.fromkeys(p for f in forwards for p in f.problems()))
     evidence = _evidence(run, summaries, problems)
     run.evidence["gates"] = evidence
@@ -108,18 +124,23 @@ def run_gates(run: HandoffRun, candidate_pods: tuple[str, ...]) -> Evidence:
 
 
 def _within(
-    run: HandoffRun, name: str, budget_s: float, gate: Coroutine[Any, Any, Any], bounded: bool
+    run: HandoffRun,
+    name: str,
+    budget_s: float,
+    gate: Coroutine[Any, Any, Any],
+    bounded: bool,
+    **sides: PodIdentity | None,
 ) -> GateSummary:
     """The gate's summary; bounded, a gate still running at its budget has no verdict."""
     if not bounded:
-        return _summary(asyncio.run(gate))
+        return _summary(asyncio.run(gate), **sides)
     limit = run.limit(budget_s)
 
     async def timed() -> Any:
         return await asyncio.wait_for(gate, limit)
 
     try:
-        return _summary(asyncio.run(timed()))
+        return _summary(asyncio.run(timed()), **sides)
     except TimeoutError:
         reason = (
             f"no verdict within {limit:.0f} s (its budget {budget_s:g} s, cut to what is "
@@ -131,27 +152,44 @@ def _within(
 
 
 def _latency(
-    run: HandoffRun, candidate_url: str, forwards: list[Forward], bounded: bool
+    run: HandoffRun, candidate_pod: str, candidate_url: str, forwards: list[Forward], bounded: bool
 ) -> GateSummary:
+    """The latency gate against the live baseline; the summary names both sides."""
     settings, budget = run.spec.gates.latency, run.spec.gates.latency_budget_s
-    model = run.spec.gates.model_id
-    baseline = _baseline_pod(run)
+    model, ns = run.spec.gates.model_id, run.spec.namespace
+    candidate = identify_pod(run.kube, ns, candidate_pod, run.spec.candidate.port)
+    baseline = _baseline(run)
     if baseline is None:
         gate = run_latency_async(candidate_url, None, settings, candidate_model=model)
-        return _within(run, "latency", budget, gate, bounded)
-    with _forward(run, baseline) as forward:
+        return _within(run, "latency", budget, gate, bounded, candidate=candidate)
+    check_distinct(baseline, candidate)
+    with pod_forward(run.kube, ns, baseline.pod, baseline.port) as forward:
         forwards.append(forward)
         gate = run_latency_async(candidate_url, forward.url, settings, candidate_model=model)
-        return _within(run, "latency", budget, gate, bounded)
+        return _within(
+            run, "latency", budget, gate, bounded, candidate=candidate, baseline=baseline
+        )
 
 
-def _summary(result) -> GateSummary:  # type: ignore[no-untyped-def]
+def _summary(  # type: ignore[no-untyped-def]
+    result, *, candidate: PodIdentity | None = None, baseline: PodIdentity | None = None
+) -> GateSummary:
+    figures = result.figures.model_dump(mode="json")
+    sides = ""
+    if candidate is not None:
+        figures["candidate"] = candidate.model_dump()
+        figures["baseline"] = baseline.model_dump() if baseline else None
+        sides = (
+            f"**Candidate:** {candidate.describe()}  \n**Baseline:** "
+            + (baseline.describe() if baseline else "none (SLOs only)")
+            + "\n\n"
+        )
     return GateSummary(
         name=result.name,
         verdict=result.verdict,
         reason=result.reason,
-        markdown=result.markdown(),
-        figures=result.figures.model_dump(mode="json"),
+        markdown=sides + result.markdown(),
+        figures=figures,
     )
 
 
