@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import yaml
 from kubernetes import client
@@ -222,3 +223,19 @@ def spare_gpus(kube: Kube) -> Iterator[str]:
     set_cordoned(kube.api, SPARE_NODE, False)
     yield SPARE_NODE
     set_cordoned(kube.api, SPARE_NODE, True)
+
+
+def handoff_report(sandbox: SandboxState, flow_run_id: str) -> str:
+    """The handoff's markdown report, as the Prefect server holds it."""
+    response = httpx.post(
+        f"{sandbox.prefect_api_url}/artifacts/filter",
+        json={
+            "artifacts": {"flow_run_id": {"any_": [flow_run_id]}, "type": {"any_": ["markdown"]}}
+        },
+        timeout=30,
+        trust_env=False,
+    )
+    response.raise_for_status()
+    reports = [a["data"] for a in response.json() if (a.get("key") or "").startswith("handoff-")]
+    assert reports, f"no report artifact for flow run {flow_run_id}: {response.json()}"
+    return str(reports[-1])

@@ -14,7 +14,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 import yaml
 
@@ -25,6 +24,7 @@ from sandbox.seed import World, before_state_documents
 from sandbox.state import SandboxState
 from tests.world import (
     ROOT,
+    handoff_report,
     remove_seeded,
     run_handoff,
     service,
@@ -98,7 +98,7 @@ def test_latency_baseline_is_a_live_pod_on_the_live_port(
     ledger = parse_ledger(svc.metadata.annotations)
     assert ledger is not None and ledger.phase == "done"
     record = history_entries(svc.metadata.annotations)[-1]
-    report = _report(sandbox, record["flow_run_id"])
+    report = handoff_report(sandbox, record["flow_run_id"])
     live_rs = _current_replica_set(kube, namespace, "clef-serve")
     assert (
         f"**Baseline:** pod `{live_rs}-" in report
@@ -119,19 +119,3 @@ def _current_replica_set(kube: Kube, namespace: str, deployment: str) -> str:
         ):
             return str(rs.metadata.name)
     raise AssertionError(f"no current ReplicaSet of {namespace}/{deployment}")
-
-
-def _report(sandbox: SandboxState, flow_run_id: str) -> str:
-    """The handoff's markdown report, as the Prefect server holds it."""
-    response = httpx.post(
-        f"{sandbox.prefect_api_url}/artifacts/filter",
-        json={
-            "artifacts": {"flow_run_id": {"any_": [flow_run_id]}, "type": {"any_": ["markdown"]}}
-        },
-        timeout=30,
-        trust_env=False,
-    )
-    response.raise_for_status()
-    reports = [a["data"] for a in response.json() if (a.get("key") or "").startswith("handoff-")]
-    assert reports, f"no report artifact for flow run {flow_run_id}: {response.json()}"
-    return str(reports[-1])

@@ -12,14 +12,14 @@ from pathlib import Path
 import pytest
 
 from flows.kube.client import Kube
-from flows.ledger import parse_ledger
+from flows.ledger import history_entries, parse_ledger
 from flows.render import TWIN_SUFFIX
 from sandbox.proxy import address_of
 from sandbox.seed import World
 from sandbox.state import SandboxState
 from sandbox.traffic import ClientLoad
 from tests.handoff.ownership import assert_runs_exactly_the_candidate, users_changed_the_coder
-from tests.world import run_handoff, service, spec_in
+from tests.world import handoff_report, run_handoff, service, spec_in
 
 
 def test_coder_side_by_side_when_gpus_allow(
@@ -59,6 +59,10 @@ def test_coder_side_by_side_when_gpus_allow(
     assert owners.samples and all(len(seen) <= 1 for seen in owners.samples), (
         "the Service selected two versions at once"
     )
+    # The twin shares the live pods' labels; the latency baseline is still a live pod.
+    report = handoff_report(sandbox, history_entries(svc.metadata.annotations)[-1]["flow_run_id"])
+    assert "**Baseline:** pod `candle-vllm-" in report and "of Deployment `candle-vllm`," in report
+    assert f"**Candidate:** pod `candle-vllm{TWIN_SUFFIX}-" in report, report
     assert_runs_exactly_the_candidate(kube, seeded, spec_file, handoff_env, monkeypatch)
 
 
