@@ -2,7 +2,7 @@
 
 The pod workers write it; the kubelet's HTTPS server (logs, port-forward) reads it, and
 every change is mirrored to ``run_dir/pod-ports.json`` (``{podIP: {containerPort:
-localPort}}``) so the service proxy, another process, can turn an Endpoints address into
+localPort}}``) so the service proxy, another process, can turn an endpoint address into
 the 127.0.0.1 port of the process behind it. Pod IPs are bookkeeping only: never dialled.
 """
 

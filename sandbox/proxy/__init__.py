@@ -1,5 +1,5 @@
 """The sandbox's service proxy: a 127.0.0.1 listener per Service port that follows the
-Service's ready Endpoints (`python -m sandbox.proxy`), and where to find those listeners."""
+Service's ready EndpointSlices (`python -m sandbox.proxy`), and where to find those listeners."""
 
 from sandbox.proxy.addresses import (
     ProxyAddress,

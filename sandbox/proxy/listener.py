@@ -1,7 +1,7 @@
 """One Service port's listener on 127.0.0.1: each new connection goes to the next ready
 endpoint, round robin, through the 127.0.0.1 port the kubelet recorded for it.
 
-Endpoints changes replace the backend list at once; connections already spliced keep
+EndpointSlice changes replace the backend list at once; connections already spliced keep
 their backend (nothing is cut). An endpoint that cannot be reached is skipped for the
 next one; with none left the client connection is reset, as a kernel answering for a
 Service without endpoints would refuse it.
