@@ -31,11 +31,11 @@ def demo(
     os.environ.setdefault("DO_NOT_TRACK", "1")
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     from flows import demo as demo_run
+    from sandbox import manager
     from sandbox.paths import default_run_dir
 
-    results = demo_run.main(
-        (run_dir or default_run_dir()).resolve(), auto_approve=not approve_in_ui, console=console
-    )
+    run_dir = (run_dir or default_run_dir()).resolve()
+    results = demo_run.main(run_dir, auto_approve=not approve_in_ui, console=console)
     table = Table(
         "handoff",
         "outcome",
@@ -66,9 +66,13 @@ def demo(
             f"{r.seconds:g}",
         )
     console.print(table)
-    console.print(
-        "history: [bold]uv run handoff history[/bold]   "
-        "stop the sandbox: [bold]uv run handoff sandbox down[/bold]"
-    )
+    # The hints name this sandbox, so they work as printed from any shell.
+    state = manager.status(run_dir)
+    typer.echo("history:")
+    if state is not None:
+        typer.echo(f"  export KUBECONFIG={state.kubeconfig}")
+    typer.echo(f"  uv run handoff history --namespace {demo_run.NAMESPACE}")
+    typer.echo("stop the sandbox:")
+    typer.echo(f"  uv run handoff sandbox down --run-dir {run_dir}")
     if any(r.outcome != "done" for r in results):
         raise typer.Exit(1)

@@ -11,7 +11,6 @@ import typer
 from rich.console import Console
 from rich.live import Live
 from rich.markdown import Markdown
-from rich.table import Table
 
 console = Console()
 SpecArg = Annotated[
@@ -139,62 +138,55 @@ def rollback(
         console.print(f"handoff {ledger.handoff_id}: {ledger.phase}")
 
 
-def _downtime(entry: dict[str, object]) -> str:
-    """In place: measured, against the declared estimate and bound."""
-    if entry.get("downtime_bound_s") is None:
-        return ""
-    measured = entry.get("downtime_measured_s")
-    return (
-        f"{measured if measured is not None else '?'} of "
-        f"~{entry.get('downtime_estimate_s')}, <= {entry['downtime_bound_s']}"
-    )
-
-
 def history(
+    run_id: Annotated[
+        str | None,
+        typer.Argument(help="One handoff in full (its id or flow run id, or a prefix of it)."),
+    ] = None,
     namespace: Annotated[str, typer.Option(help="Namespace of the Services.")] = "llm-serving",
     service: Annotated[str | None, typer.Option(help="Only this Service.")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    output: Annotated[
+        str | None,
+        typer.Option("--output", "-o", help="wide, json or yaml (default: columns for 80 chars)."),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Same as -o json.")] = False,
     kubeconfig: KubeconfigOpt = None,
 ) -> None:
-    """Past handoffs: trigger, outcome, strategy, image, gates, approver, downtime measured
-    against declared, cause, durations
-    (from the Services, and from Prefect's runs when PREFECT_API_URL answers)."""
+    """Past handoffs: when, service, outcome, strategy, approver, time taken (from the
+    Services, and from Prefect's runs when PREFECT_API_URL answers)."""
+    import yaml
+
+    from flows import history_view
+    from flows.cli.cluster import kubeconfig_or_sandbox
     from flows.errors import HandoffError
     from flows.history import collect_history
 
+    output = "json" if as_json else output
+    if output not in (None, "wide", "json", "yaml"):
+        raise _fail(f"-o {output}: expected wide, json or yaml", 2)
     try:
-        entries = collect_history(kubeconfig, namespace=namespace, service=service)
+        entries = collect_history(
+            kubeconfig_or_sandbox(kubeconfig), namespace=namespace, service=service
+        )
     except HandoffError as exc:
         raise _fail(str(exc), 2) from None
-    if as_json:
-        typer.echo(json.dumps(entries, indent=2))
-        return
-    table = Table(
-        "finished",
-        "service",
-        "spec",
-        "trigger",
-        "outcome",
-        "strategy",
-        "approver",
-        "image",
-        "gates",
-        "downtime (s)",
-        "cause",
-    )
-    for e in entries:
-        trigger = e.get("trigger") or {}
-        table.add_row(
-            e.get("finished_at") or "",
-            e.get("service") or "",
-            e.get("spec") or "",
-            (trigger.get("merge_commit") or "")[:12] or trigger.get("source", ""),
-            e.get("outcome") or "",
-            e.get("strategy") or "",
-            e.get("approver") or "",
-            (e.get("image") or "").split("/")[-1][:40],
-            ", ".join(f"{k}:{v}" for k, v in (e.get("gates") or {}).items()),
-            _downtime(e),
-            (e.get("cause") or "")[:60],
-        )
-    console.print(table if entries else "no handoffs recorded")
+    shown: list | dict = entries
+    if run_id is not None:
+        found = history_view.find(entries, run_id)
+        if len(found) != 1:
+            raise _fail(
+                f"handoff {run_id}: expected one handoff in namespace {namespace} with this id, "
+                f"found {len(found)}; list them with `handoff history --namespace {namespace}`",
+                2,
+            )
+        shown = found[0]
+    if output == "json":
+        typer.echo(json.dumps(shown, indent=2))
+    elif output == "yaml":
+        typer.echo(yaml.safe_dump(shown, sort_keys=False).rstrip())
+    elif isinstance(shown, dict):
+        typer.echo(history_view.detail(shown))
+    elif entries:
+        typer.echo(history_view.listing(entries, wide=output == "wide"))
+    else:
+        typer.echo(f"no handoffs recorded in namespace {namespace}")

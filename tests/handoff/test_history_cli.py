@@ -1,0 +1,134 @@
+"""`handoff history` against the sandbox's cluster: kubectl-style columns within 80
+characters, -o wide/json/yaml, one handoff in full, and the running sandbox used (and
+said) when no kubeconfig is given."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from flows.ledger import HISTORY_ANNOTATION
+from flows.record import HandoffRecord, Trigger
+from sandbox.state import SandboxState
+
+SERVICE = "clef-serve-with-a-rather-long-name"
+
+
+def _records(namespace: str) -> list[dict[str, object]]:
+    done = HandoffRecord(
+        handoff_id="0b5c1e2a-done",
+        spec="clef-candle",
+        namespace=namespace,
+        service=SERVICE,
+        strategy="side-by-side",
+        outcome="done",
+        image="127.0.0.1:5000/clef/candle@sha256:" + "a" * 64,
+        gates={"smoke": "pass", "parity": "pass", "latency": "pass"},
+        approver="ada.lovelace@example.org",
+        trigger=Trigger(source="forgejo", merge_commit="c" * 40),
+        durations_s={"apply": 1.234, "warm": 20.51, "gates": 95.06, "swap": 0.4},
+        started_at="2026-11-29T10:00:00Z",
+        finished_at="2026-11-29T10:02:07Z",
+    )
+    rolled_back = done.model_copy(
+        update={
+            "handoff_id": "7f00aa11-rb",
+            "outcome": "rolled-back",
+            "gates": {"smoke": "pass", "parity": "fail"},
+            "cause": "parity gate: 3 of 8 prompts diverge at token 0",
+            "approver": None,
+            "started_at": "2026-11-29T11:00:00Z",
+            "finished_at": "2026-11-29T11:01:30Z",
+        }
+    )
+    return [done.compact(), rolled_back.compact()]
+
+
+@pytest.fixture
+def recorded(kube_api, namespace: str) -> str:  # type: ignore[no-untyped-def]
+    from kubernetes import client
+
+    client.CoreV1Api(kube_api).create_namespaced_service(
+        namespace,
+        {
+            "metadata": {
+                "name": SERVICE,
+                "annotations": {HISTORY_ANNOTATION: json.dumps(_records(namespace))},
+            },
+            "spec": {"selector": {"app": "clef"}, "ports": [{"port": 80}]},
+        },
+    )
+    return namespace
+
+
+def _history(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "flows.cli", "history", *args],
+        env={**env, "COLUMNS": "80"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+@pytest.fixture
+def env(sandbox: SandboxState) -> dict[str, str]:
+    return {**os.environ, "KUBECONFIG": str(sandbox.kubeconfig), "PREFECT_API_URL": ""}
+
+
+def test_default_columns_fit_80_characters(recorded: str, env: dict[str, str]) -> None:
+    result = _history(env, "--namespace", recorded)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].split() == ["WHEN", "SERVICE", "OUTCOME", "STRATEGY", "APPROVER", "TOOK"]
+    assert all(len(line) <= 80 for line in lines), result.stdout
+    assert lines[1].split()[:2] == ["11-29", "10:02"] and "2m07s" in lines[1]
+    assert "done" in lines[1] and "side-by-side" in lines[1] and "ada." in lines[1]
+    assert "rolled-back" in lines[2] and "1m30s" in lines[2]
+
+
+def test_wide_json_and_yaml(recorded: str, env: dict[str, str]) -> None:
+    wide = _history(env, "--namespace", recorded, "-o", "wide")
+    assert wide.returncode == 0, wide.stderr
+    assert SERVICE in wide.stdout and "ada.lovelace@example.org" in wide.stdout
+    assert "parity:fail" in wide.stdout and "cccccccccccc" in wide.stdout
+    as_json = json.loads(_history(env, "--namespace", recorded, "-o", "json").stdout)
+    as_yaml = yaml.safe_load(_history(env, "--namespace", recorded, "-o", "yaml").stdout)
+    assert as_json == as_yaml
+    assert [e["outcome"] for e in as_json] == ["done", "rolled-back"]
+    bad = _history(env, "--namespace", recorded, "-o", "table")
+    assert bad.returncode == 2 and "expected wide, json or yaml" in bad.stdout + bad.stderr
+
+
+def test_one_handoff_in_full(recorded: str, env: dict[str, str]) -> None:
+    result = _history(env, "--namespace", recorded, "7f00aa11")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[3] == "Outcome:    rolled-back"
+    assert lines[4] == "Cause:      parity gate: 3 of 8 prompts diverge at token 0"
+    assert "  warm             20.5s" in lines and "  parity      fail" in lines
+    assert "Approvals:  -" in lines
+    one = json.loads(_history(env, "--namespace", recorded, "0b5c1e2a", "-o", "json").stdout)
+    assert one["approver"] == "ada.lovelace@example.org"
+    missing = _history(env, "--namespace", recorded, "ffff")
+    assert missing.returncode == 2 and "found 0" in missing.stdout
+
+
+def test_without_a_kubeconfig_the_running_sandbox_is_used_and_named(
+    recorded: str, sandbox: SandboxState, tmp_path: Path
+) -> None:
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("KUBECONFIG", "KUBERNETES_SERVICE_HOST")
+    }
+    env |= {"HOME": str(tmp_path), "HANDOFF_SANDBOX_DIR": str(sandbox.run_dir)}
+    env |= {"PREFECT_API_URL": ""}
+    result = _history(env, "--namespace", recorded)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"export KUBECONFIG={sandbox.kubeconfig}" in result.stderr
+    assert "rolled-back" in result.stdout
