@@ -46,6 +46,7 @@ def approvers(entry: dict[str, Any]) -> list[str]:
         str(a.get("approver") or a.get("by") or "?") if isinstance(a, dict) else str(a)
         for a in listed
     ]
+    names = list(dict.fromkeys(names))  # one person approving twice (in place) is named once
     return names or ([entry["approver"]] if entry.get("approver") else [])
 
 
@@ -160,8 +161,14 @@ def detail(entry: dict[str, Any]) -> str:
         lines.append(f"  {name:<12}{verdict}")
         for key, value in (figures.get(name) or {}).items():
             lines.append(f"    {key}: {value}")
+    listed = [a for a in entry.get("approvals") or [] if isinstance(a, dict)]
     names = approvers(entry)
-    lines.append(f"Approvals:  {', '.join(names) if names else '-'}")
+    lines.append("Approvals:" + ("" if listed else f"  {', '.join(names) if names else '-'}"))
+    lines += [
+        f"  {a.get('at', '-')}  {a.get('approver', '?')} {a.get('decision', '?')} "
+        f"{a.get('what', '')}" + (f": {a['reason']}" if a.get("reason") else "")
+        for a in listed
+    ]
     if entry.get("evidence_sha256"):
         lines.append(f"Evidence:   sha256 {entry['evidence_sha256']}")
     lines += [f"Fix:        {fix}" for fix in entry.get("fixes") or []]
