@@ -22,7 +22,8 @@ from sandbox.kubelet import launch
 from sandbox.registry import Registry
 from sandbox.state import SandboxState, locked, read_state, state_file, write_state
 
-COMPONENT_READY_S = 60.0
+# A deadline, not a wait: a busy machine starts components slowly.
+COMPONENT_READY_S = 180.0
 
 
 class SandboxError(RuntimeError):

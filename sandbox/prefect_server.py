@@ -15,7 +15,8 @@ import httpx
 
 from sandbox import procs
 
-READY_S = 90.0
+# A deadline, not a wait: a first start (migrations) on a busy 2-core machine takes minutes.
+READY_S = 300.0
 
 
 class PrefectServerError(RuntimeError):
