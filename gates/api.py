@@ -33,19 +33,25 @@ async def post_json_if_present(
     return await _call(client, "POST", path, body, missing_ok=True)
 
 
+async def _send(
+    client: httpx.AsyncClient, method: str, path: str, body: dict[str, Any] | None
+) -> httpx.Response:
+    """One call; an unreachable server becomes a ServerError that names the address."""
+    try:
+        return await client.request(method, path, json=body)
+    except httpx.HTTPError as exc:
+        raise ServerError(
+            f"{method} {client.base_url.join(path)} failed ({type(exc).__name__}: {exc}); "
+            "check that the server is running and listening on that address"
+        ) from exc
+
+
 async def probe(
     client: httpx.AsyncClient, method: str, path: str, body: dict[str, Any] | None = None
 ) -> tuple[int, dict[str, Any] | None, httpx.Headers]:
     """Status, JSON object (None if the body is not one) and headers of one call; raises only
     when the server cannot be reached. For discovering what a server offers."""
-    url = client.base_url.join(path)
-    try:
-        response = await client.request(method, path, json=body)
-    except httpx.HTTPError as exc:
-        raise ServerError(
-            f"{method} {url} failed ({type(exc).__name__}: {exc}); check that the server is "
-            "running and listening on that address"
-        ) from exc
+    response = await _send(client, method, path, body)
     try:
         payload = response.json()
     except ValueError:
@@ -61,14 +67,8 @@ async def _call(
     *,
     missing_ok: bool = False,
 ) -> Any:
+    response = await _send(client, method, path, body)
     url = client.base_url.join(path)
-    try:
-        response = await client.request(method, path, json=body)
-    except httpx.HTTPError as exc:
-        raise ServerError(
-            f"{method} {url} failed ({type(exc).__name__}: {exc}); check that the server is "
-            "running and listening on that address"
-        ) from exc
     if response.status_code == 404 and missing_ok:
         return None
     if response.status_code != 200:
