@@ -1,0 +1,135 @@
+"""Handoffs with real inference on both sides: SmolLM2-135M on llama.cpp in the sandbox's
+pods. The F16 reference moves to the Q4_1 build side by side without a failed client
+request; the Q4_1 build that lost a key channel band is refused by parity and rolled back."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from flows.kube.client import Kube
+from flows.kube.write import apply_manifest
+from flows.ledger import parse_ledger
+from sandbox.engines.images import (
+    NAME_IN_MANIFESTS,
+    create_llama_server_repo,
+    image_override,
+    publish_llama_server,
+)
+from sandbox.engines.llamacpp import ServerOptions, ServerPool
+from sandbox.proxy import address_of
+from sandbox.srcrepo import SourceRepo
+from sandbox.state import SandboxState
+from sandbox.traffic import ClientLoad
+from tests.world import ROOT, handoff_cli, run_handoff, service, wait_deployments_ready
+
+MANIFESTS = ROOT / "manifests" / "real-engine"
+# The pods' own server flags (manifests/real-engine), so the golden server computes alike.
+POD_OPTIONS = ServerOptions(model_alias="smollm2", n_threads=1, n_ctx=2048)
+
+
+@pytest.fixture(scope="session")
+def llama_source(sandbox: SandboxState, tmp_path_factory: pytest.TempPathFactory) -> SourceRepo:
+    source = create_llama_server_repo(tmp_path_factory.mktemp("src") / "llama-server")
+    publish_llama_server(sandbox.registry_url or "", source)
+    return source
+
+
+@pytest.fixture(scope="session")
+def f16_golden(llamacpp: ServerPool, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Recorded from an F16 server with the pods' flags: what the live pod answers."""
+    out = tmp_path_factory.mktemp("golden") / "smollm2-f16.golden.json"
+    server = llamacpp.get("f16", POD_OPTIONS)
+    prompts = ROOT / "manifests" / "prompts" / "smollm2.jsonl"
+    done = subprocess.run(
+        handoff_cli("golden", "record", "--url", server.url, "--prompts", str(prompts),
+                    "--out", str(out)),
+        capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    return out
+
+
+@pytest.fixture
+def live_f16(kube: Kube, sandbox: SandboxState) -> Iterator[str]:
+    """A namespace where the smollm2 Service selects the F16 Deployment, Ready."""
+    namespace = f"smol-{uuid.uuid4().hex[:8]}"
+    kube.core.create_namespace({"metadata": {"name": namespace}})
+    sandbox_name = image_override(sandbox.registry_url or "").split("=", 1)[1]
+    for name in ("service.yaml", "smollm2-f16.yaml"):
+        doc = yaml.safe_load((MANIFESTS / name).read_text())
+        doc["metadata"]["namespace"] = namespace
+        if doc["kind"] == "Deployment":
+            container = doc["spec"]["template"]["spec"]["containers"][0]
+            container["image"] = container["image"].replace(NAME_IN_MANIFESTS, sandbox_name)
+        apply_manifest(kube, doc)
+    wait_deployments_ready(kube, namespace, ("smollm2-f16",), timeout_s=180)
+    yield namespace
+    kube.core.delete_namespace(namespace)
+    deadline = time.monotonic() + 60
+    while kube.core.list_namespaced_pod(namespace).items and time.monotonic() < deadline:
+        time.sleep(0.5)
+
+
+def _spec_env(
+    env: dict[str, str], sandbox: SandboxState, source: SourceRepo, ns: str, golden: Path, tag: str
+) -> dict[str, str]:
+    return env | {
+        "HANDOFF_IMAGES": f"{env['HANDOFF_IMAGES']},{image_override(sandbox.registry_url or '')}",
+        "LLAMA_SERVER_SOURCE": str(source.path),
+        "SMOLLM2_NAMESPACE": ns,
+        "SMOLLM2_GOLDEN": str(golden),
+        "SMOLLM2_CANDIDATE_TAG": tag,
+    }
+
+
+def _clients(sandbox: SandboxState, namespace: str) -> ClientLoad:
+    url = "http://" + address_of(sandbox.run_dir, namespace, "smollm2", 80)
+    return ClientLoad(url, streams=2, max_tokens=4)
+
+
+def test_f16_to_q4_1_side_by_side_without_a_failed_request(
+    sandbox: SandboxState,
+    kube: Kube,
+    live_f16: str,
+    llama_source: SourceRepo,
+    f16_golden: Path,
+    handoff_env: dict[str, str],
+) -> None:
+    env = _spec_env(handoff_env, sandbox, llama_source, live_f16, f16_golden, "q4_1")
+    with _clients(sandbox, live_f16) as load:
+        result = run_handoff(MANIFESTS / "handoff-q4.yaml", env, "--auto-approve", timeout_s=600)
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-3000:]
+    assert load.succeeded > 0 and load.failed == [], load.failed[:3]
+    svc = service(kube, live_f16, "smollm2")
+    ledger = parse_ledger(svc.metadata.annotations)
+    assert ledger is not None and ledger.phase == "done" and ledger.strategy == "side-by-side"
+    assert svc.spec.selector["app"] == "smollm2-q4"
+    assert kube.apps.read_namespaced_deployment("smollm2-f16", live_f16).spec.replicas == 0
+
+
+def test_zeroed_key_band_build_is_refused_by_parity_and_rolled_back(
+    sandbox: SandboxState,
+    kube: Kube,
+    live_f16: str,
+    llama_source: SourceRepo,
+    f16_golden: Path,
+    handoff_env: dict[str, str],
+) -> None:
+    env = _spec_env(handoff_env, sandbox, llama_source, live_f16, f16_golden, "q4_1-zkb")
+    with _clients(sandbox, live_f16) as load:
+        result = run_handoff(MANIFESTS / "handoff-q4.yaml", env, "--auto-approve", timeout_s=600)
+    assert result.returncode != 0
+    assert load.failed == [], load.failed[:3]
+    svc = service(kube, live_f16, "smollm2")
+    ledger = parse_ledger(svc.metadata.annotations)
+    assert ledger is not None and ledger.phase == "rolled-back", result.stdout[-3000:]
+    assert "parity fail" in (ledger.cause or ""), ledger.cause
+    assert svc.spec.selector == {"app": "smollm2-f16"}
+    assert kube.apps.read_namespaced_deployment("smollm2-q4", live_f16).spec.replicas == 0
