@@ -46,10 +46,11 @@ def f16_golden(llamacpp: ServerPool, tmp_path_factory: pytest.TempPathFactory) -
     """Recorded from an F16 server with the pods' flags: what the live pod answers."""
     out = tmp_path_factory.mktemp("golden") / "smollm2-f16.golden.json"
     server = llamacpp.get("f16", POD_OPTIONS)
-    prompts = ROOT / "manifests" / "prompts" / "smollm2.jsonl"
+    prompts = ROOT / "manifests" / "prompts"
     done = subprocess.run(
-        handoff_cli("golden", "record", "--url", server.url, "--prompts", str(prompts),
-                    "--out", str(out)),
+        handoff_cli("golden", "record", "--url", server.url,
+                    "--prompts", str(prompts / "smollm2.jsonl"),
+                    "--reference", str(prompts / "reference-long.txt"), "--out", str(out)),
         capture_output=True, text=True, timeout=900,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
