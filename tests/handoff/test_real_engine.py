@@ -1,6 +1,6 @@
 """Handoffs with real inference on both sides: SmolLM2-135M on llama.cpp in the sandbox's
-pods. The F16 reference moves to the Q4_1 build side by side without a failed client
-request; the Q4_1 build that lost a key channel band is refused by parity and rolled back."""
+pods. The Q4_1 build that lost a key channel band is refused by parity and rolled back
+while clients keep being answered by the F16 reference."""
 
 from __future__ import annotations
 
@@ -95,26 +95,6 @@ def _spec_env(
 def _clients(sandbox: SandboxState, namespace: str) -> ClientLoad:
     url = "http://" + address_of(sandbox.run_dir, namespace, "smollm2", 80)
     return ClientLoad(url, streams=2, max_tokens=4)
-
-
-def test_f16_to_q4_1_side_by_side_without_a_failed_request(
-    sandbox: SandboxState,
-    kube: Kube,
-    live_f16: str,
-    llama_source: SourceRepo,
-    f16_golden: Path,
-    handoff_env: dict[str, str],
-) -> None:
-    env = _spec_env(handoff_env, sandbox, llama_source, live_f16, f16_golden, "q4_1")
-    with _clients(sandbox, live_f16) as load:
-        result = run_handoff(MANIFESTS / "handoff-q4.yaml", env, "--auto-approve", timeout_s=600)
-    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-3000:]
-    assert load.succeeded > 0 and load.failed == [], load.failed[:3]
-    svc = service(kube, live_f16, "smollm2")
-    ledger = parse_ledger(svc.metadata.annotations)
-    assert ledger is not None and ledger.phase == "done" and ledger.strategy == "side-by-side"
-    assert svc.spec.selector["app"] == "smollm2-q4"
-    assert kube.apps.read_namespaced_deployment("smollm2-f16", live_f16).spec.replicas == 0
 
 
 def test_zeroed_key_band_build_is_refused_by_parity_and_rolled_back(
