@@ -81,7 +81,14 @@ class PausingRun:
         """The text the Resume form shows for the pause at `pause_key`."""
         assert self.run_id
         url = f"{self.api}/flow_runs/{self.run_id}/input/{description_key(pause_key)}"
-        return str(httpx.get(url, timeout=10).json())
+        # Prefect has no update for a run input, so the clock replaces it (delete, then
+        # create): a read can fall between the two. A missing form for longer is a failure.
+        for _ in range(20):
+            response = httpx.get(url, timeout=10)
+            if response.status_code != 404:
+                break
+            time.sleep(0.1)
+        return str(response.json())
 
     def finish_without_pausing(self, *, other_than: str, timeout_s: float = 300) -> int:
         """Wait for the run's exit; fail at once if it pauses again (for anyone)."""
