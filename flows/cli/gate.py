@@ -1,4 +1,4 @@
-"""`handoff gate smoke|parity|latency`: run one gate against a server and print its report.
+"""`handoff gate smoke|parity|latency|task`: run one gate against a server and print its report.
 
 Exit codes: 0 pass, 1 fail, 2 no verdict or error.
 """
@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from gates.settings import LatencySettings
 
 app = typer.Typer(
-    help="Run a gate (smoke, parity, latency) against a model server.", no_args_is_help=True
+    help="Run a gate (smoke, parity, latency, task) against a model server.", no_args_is_help=True
 )
 
 UrlOption = Annotated[
@@ -145,3 +145,36 @@ def _latency_settings(
         return LatencySettings(levels=parsed, max_tokens=max_tokens, **given)
     except (OSError, ValueError, ValidationError, yaml.YAMLError) as exc:
         _fail_with_error(f"invalid latency settings ({path or 'options'}): {exc}")
+
+
+@app.command()
+def task(
+    url: UrlOption,
+    suite: Annotated[Path, typer.Option(help="task suite (YAML): cases and their checkers")],
+    baseline: Annotated[str | None, typer.Option(help="live server to compare with")] = None,
+    golden: Annotated[
+        Path | None, typer.Option(help="scores from `handoff golden record --task-suite`")
+    ] = None,
+    model: Annotated[str | None, typer.Option(help="candidate model id (default: first)")] = None,
+    margin: Annotated[float, typer.Option(help="points the candidate may lose")] = 2.0,
+    floor: Annotated[float | None, typer.Option(help="least candidate score, in %")] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """The suite's cases on both sides, scored by their checkers; a paired test decides."""
+    from pydantic import ValidationError
+
+    from gates.errors import GateError
+    from gates.task import TaskRule, run_task
+    from gates.task_golden import load_task_golden
+    from gates.task_suite import load_suite
+
+    if (baseline is None) == (golden is None):
+        _fail_with_error("give one baseline: --baseline URL (live) or --golden FILE (recorded)")
+    try:
+        cases = load_suite(suite)
+        rule = TaskRule(margin=margin, floor=floor)
+        recorded = load_task_golden(golden) if golden is not None else None
+    except (GateError, ValidationError) as exc:
+        _fail_with_error(str(exc))
+    result = run_task(url, cases, rule, baseline_url=baseline, golden=recorded, model_id=model)
+    _emit(result, as_json=as_json)

@@ -13,8 +13,11 @@ app = typer.Typer(help="Record and inspect golden reference outputs.", no_args_i
 @app.command()
 def record(
     url: Annotated[str, typer.Option(help="reference server, e.g. http://127.0.0.1:8080")],
-    prompts: Annotated[Path, typer.Option(help="JSON Lines prompt set")],
     out: Annotated[Path, typer.Option(help="golden file to write")],
+    prompts: Annotated[Path | None, typer.Option(help="JSON Lines prompt set (parity)")] = None,
+    task_suite: Annotated[
+        Path | None, typer.Option(help="task suite: record its scores for the task gate instead")
+    ] = None,
     reference: Annotated[
         Path | None, typer.Option(help="text scored with teacher forcing (default: built-in)")
     ] = None,
@@ -26,7 +29,15 @@ def record(
     ] = "",
 ) -> None:
     """Greedy answers (completions and chat turns) with top-k logprobs, the teacher-forced
-    reference text, and the server's probed capabilities; probes and heads on request."""
+    reference text, and the server's probed capabilities; probes and heads on request.
+    With --task-suite: the server's answers to the suite and their scores."""
+    if (prompts is None) == (task_suite is None):
+        typer.echo("error: give --prompts (parity golden) or --task-suite (task scores)", err=True)
+        raise typer.Exit(2)
+    if task_suite is not None:
+        _record_task(url, task_suite, out, model)
+        return
+    assert prompts is not None
     from pydantic import ValidationError
 
     from gates.errors import GateError
@@ -54,6 +65,24 @@ def record(
     )
     for name, why in golden.outputs.not_collected.items():
         typer.echo(f"  not recorded: {name}: {why}")
+
+
+def _record_task(url: str, suite_file: Path, out: Path, model: str | None) -> None:
+    from gates.errors import GateError
+    from gates.task_golden import record_task_golden, save_task_golden
+    from gates.task_suite import load_suite
+
+    try:
+        scores = record_task_golden(url, load_suite(suite_file), model_id=model)
+    except GateError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    save_task_golden(scores, out)
+    passed = sum(c.score >= 1 for c in scores.cases)
+    typer.echo(
+        f"recorded suite {scores.suite!r} from {scores.model_id!r} at {url} into {out}: "
+        f"{passed}/{len(scores.cases)} cases passed, score {scores.score * 100:.1f} %"
+    )
 
 
 @app.command()

@@ -1,0 +1,213 @@
+"""Task gate: does the candidate still do the job its clients send?
+
+Both sides answer the same suite (gates.task_suite) under the same sampling; each answer is
+scored by its case's checker (gates.task_check; code only in gates.task_sandbox). The
+baseline is the live server, or in place the golden scores recorded from it earlier
+(`handoff golden record --task-suite`). The decision is paired, on the same cases: exact
+McNemar for pass/fail cases, a paired bootstrap for graded scores (gates.task_stats).
+
+Rule: fail when the candidate is worse than the baseline by more than `margin` points AND
+the paired test says the loss is not chance; fail when its score is under `floor`. A
+suite too small to show a loss passes; the report says how sure it is.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from gates.errors import ServerError
+from gates.result import GateResult
+from gates.stats import Interval
+from gates.task_collect import TASK_GOLDEN_FORMAT, SideScores, collect_scores
+from gates.task_report import Flip, TaskFigures
+from gates.task_sandbox import network_isolation
+from gates.task_stats import bootstrap_mean, mcnemar_worse, paired_bootstrap_difference, wilson
+from gates.task_suite import TaskSuite
+
+TaskResult = GateResult[TaskFigures]
+
+
+class TaskRule(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    margin: float = Field(2.0, ge=0, le=100, description="points the candidate may lose")
+    floor: float | None = Field(None, ge=0, le=100, description="least score, in percent")
+    confidence: float = Field(0.95, gt=0.5, lt=1)
+
+    def describe(self, test: str) -> str:
+        floor = f"; or when its score is under {self.floor:g} %" if self.floor is not None else ""
+        return (
+            f"fail when the candidate scores more than {self.margin:g} points below the "
+            f"baseline and {test} says the loss is not chance (one-sided, at "
+            f"{1 - self.confidence:.2g}){floor}; otherwise pass"
+        )
+
+
+def run_task(
+    url: str,
+    suite: TaskSuite,
+    rule: TaskRule | None = None,
+    *,
+    baseline_url: str | None = None,
+    golden: SideScores | None = None,
+    model_id: str | None = None,
+) -> TaskResult:
+    return asyncio.run(
+        run_task_async(
+            url, suite, rule, baseline_url=baseline_url, golden=golden, model_id=model_id
+        )
+    )
+
+
+async def run_task_async(
+    url: str,
+    suite: TaskSuite,
+    rule: TaskRule | None = None,
+    *,
+    baseline_url: str | None = None,
+    golden: SideScores | None = None,
+    model_id: str | None = None,
+) -> TaskResult:
+    """Score the candidate at `url` against the live `baseline_url` (both at once) or the
+    recorded `golden` scores; a side that cannot answer gives no verdict."""
+    rule = rule or TaskRule()
+    figures = TaskFigures(
+        suite=suite.name,
+        n_cases=len(suite.cases),
+        samples=suite.sampling.samples,
+        candidate_url=url,
+        isolation=network_isolation(),
+    )
+    if (baseline_url is None) == (golden is None):
+        raise ValueError("the task gate needs exactly one baseline: a live URL or golden scores")
+    mismatch = golden is not None and _mismatch(golden, suite)
+    if mismatch:
+        return TaskResult(
+            name="task", passed=None, reason=f"no verdict: {mismatch}", figures=figures
+        )
+    try:
+        if baseline_url is not None:
+            candidate, baseline = await asyncio.gather(
+                collect_scores(url, suite, model_id=model_id),
+                collect_scores(baseline_url, suite, model_id=None),
+            )
+        else:
+            assert golden is not None
+            candidate, baseline = await collect_scores(url, suite, model_id=model_id), golden
+    except ServerError as exc:
+        return TaskResult(
+            name="task",
+            passed=None,
+            reason=f"no verdict: {exc}",
+            figures=figures,
+            evidence=[str(exc)],
+        )
+    where = (
+        f"live {baseline.source_url}"
+        if golden is None
+        else f"golden scores of {baseline.model_id} recorded {baseline.recorded_at}"
+    )
+    return judge(suite, baseline, candidate, rule, figures.model_copy(update={"baseline": where}))
+
+
+def _mismatch(golden: SideScores, suite: TaskSuite) -> str | None:
+    if golden.format != TASK_GOLDEN_FORMAT:
+        return f"golden scores are {golden.format!r}, expected {TASK_GOLDEN_FORMAT!r}"
+    if golden.suite_digest != suite.digest():
+        return (
+            f"the golden scores were recorded with another version of suite {golden.suite!r} "
+            f"(digest {golden.suite_digest}, the suite now {suite.digest()}); record them again "
+            "with `handoff golden record --task-suite`"
+        )
+    return None
+
+
+def judge(
+    suite: TaskSuite,
+    baseline: SideScores,
+    candidate: SideScores,
+    rule: TaskRule,
+    figures: TaskFigures,
+) -> TaskResult:
+    """The verdict on both sides' scores (pure)."""
+    base = [c.score for c in baseline.cases]
+    cand = [c.score for c in candidate.cases]
+    n, conf = len(base), rule.confidence
+    lost = sum(b > c for b, c in zip(base, cand, strict=True))
+    gained = sum(c > b for b, c in zip(base, cand, strict=True))
+    figures = figures.model_copy(
+        update={
+            "lost": lost,
+            "gained": gained,
+            "margin": rule.margin,
+            "floor": rule.floor,
+            "confidence": conf,
+            "flips": _flips(suite, baseline, candidate),
+        }
+    )
+    if suite.graded:
+        b_int, c_int = bootstrap_mean(base, confidence=conf), bootstrap_mean(cand, confidence=conf)
+        diff = paired_bootstrap_difference(cand, base, confidence=conf)
+        significant = diff.high < 0
+        figures.test, figures.difference = "paired bootstrap", _points(diff)
+    else:
+        b_int = wilson(sum(s >= 1 for s in base), n, confidence=conf)
+        c_int = wilson(sum(s >= 1 for s in cand), n, confidence=conf)
+        figures.p_value = mcnemar_worse(lost, gained)
+        significant = figures.p_value < 1 - conf
+    figures.baseline_score, figures.candidate_score = _points(b_int), _points(c_int)
+    figures.rule = rule.describe(figures.test)
+    drop = figures.baseline_score.point - figures.candidate_score.point
+    scores = (
+        f"candidate {figures.candidate_score.point:.1f} % vs baseline "
+        f"{figures.baseline_score.point:.1f} % ({lost} lost, {gained} gained of {n})"
+    )
+    failures = []
+    if drop > rule.margin and significant:
+        failures.append(f"{drop:.1f} points worse, beyond the {rule.margin:g}-point margin")
+    if rule.floor is not None and figures.candidate_score.point < rule.floor:
+        failures.append(f"under the floor of {rule.floor:g} %")
+    if failures:
+        reason = f"{scores}: " + "; ".join(failures)
+    elif drop > rule.margin:
+        reason = f"{scores}: worse, but {figures.test} cannot tell the loss from chance"
+    else:
+        reason = f"{scores}: within the {rule.margin:g}-point margin"
+    evidence = [
+        f"{f.direction}: case {f.case_id}: baseline {f.baseline_answer!r} ({f.baseline_verdict}), "
+        f"candidate {f.candidate_answer!r} ({f.candidate_verdict})"
+        for f in figures.flips
+    ]
+    return TaskResult(
+        name="task", passed=not failures, reason=reason, figures=figures, evidence=evidence
+    )
+
+
+def _points(interval: Interval) -> Interval:
+    """A fraction's interval in percent (points)."""
+    return Interval(interval.point * 100, interval.low * 100, interval.high * 100)
+
+
+def _flips(suite: TaskSuite, baseline: SideScores, candidate: SideScores) -> list[Flip]:
+    flips = []
+    for case, b, c in zip(suite.cases, baseline.cases, candidate.cases, strict=True):
+        if b.score == c.score:
+            continue
+        flips.append(
+            Flip(
+                case_id=case.id,
+                direction="lost" if b.score > c.score else "gained",
+                input=case.shown(),
+                baseline_answer=b.answers[0],
+                candidate_answer=c.answers[0],
+                baseline_verdict=_verdict(b.scores[0], b.details[0]),
+                candidate_verdict=_verdict(c.scores[0], c.details[0]),
+            )
+        )
+    return flips
+
+
+def _verdict(score: float, detail: str) -> str:
+    return "pass" if score >= 1 else f"fail: {detail}" if score == 0 else f"{score:.2f}: {detail}"

@@ -1,0 +1,95 @@
+"""The task gate's figures and their markdown: both sides' scores with intervals, the
+paired test, the rule, and every case that flipped either way with both answers."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from gates.result import Figures
+from gates.stats import Interval
+
+ANSWER_SHOWN = 160  # characters of an answer in the report
+
+
+class Flip(BaseModel):
+    case_id: str
+    direction: Literal["lost", "gained"]
+    input: str
+    baseline_answer: str
+    candidate_answer: str
+    baseline_verdict: str
+    candidate_verdict: str
+
+
+class TaskFigures(Figures):
+    suite: str
+    n_cases: int
+    samples: int
+    candidate_url: str
+    baseline: str = ""  # where the baseline's scores come from
+    test: Literal["exact McNemar", "paired bootstrap"] = "exact McNemar"
+    baseline_score: Interval | None = None  # percent
+    candidate_score: Interval | None = None
+    difference: Interval | None = None  # candidate - baseline, points (bootstrap only)
+    lost: int = 0
+    gained: int = 0
+    p_value: float | None = None  # exact McNemar, candidate worse
+    margin: float = 2.0
+    floor: float | None = None
+    confidence: float = 0.95
+    rule: str = ""
+    isolation: str = ""
+    flips: list[Flip] = Field(default_factory=list)
+
+    def markdown(self) -> str:
+        lines = [
+            f"Suite **{self.suite}**: {self.n_cases} cases, {self.samples} sample(s) each; "
+            f"{self.test}.",
+            "",
+            f"| side | score (% of cases) | {self.confidence:.0%} interval |",
+            "|---|---|---|",
+        ]
+        for name, where, score in (
+            ("baseline", self.baseline, self.baseline_score),
+            ("candidate", self.candidate_url, self.candidate_score),
+        ):
+            if score is not None:
+                shown = f"{score.point:.1f} | {score.low:.1f} – {score.high:.1f}"
+                lines.append(f"| {name} ({where}) | {shown} |")
+        lines.append("")
+        lines.append(f"Cases lost by the candidate: {self.lost}; gained: {self.gained}.")
+        if self.p_value is not None:
+            lines.append(f"Exact McNemar, one-sided (candidate worse): p = {self.p_value:.4f}.")
+        if self.difference is not None:
+            d = self.difference
+            lines.append(
+                f"Candidate − baseline: {d.point:+.1f} points ({d.low:+.1f} to {d.high:+.1f})."
+            )
+        lines += [
+            "",
+            f"**Rule:** {self.rule}",
+            "",
+            f"**Isolation of code checks:** {self.isolation}",
+        ]
+        if self.flips:
+            lines += [
+                "",
+                "**Flipped cases**",
+                "",
+                "| case | flip | input | baseline answer | verdict | candidate answer | verdict |",
+                "|---|---|---|---|---|---|---|",
+            ]
+            for f in self.flips:
+                cells = [
+                    f.case_id, f.direction, f.input, f.baseline_answer, f.baseline_verdict,
+                    f.candidate_answer, f.candidate_verdict,
+                ]  # fmt: skip
+                lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
+        return "\n".join(lines)
+
+
+def _cell(text: str) -> str:
+    text = text if len(text) <= ANSWER_SHOWN else text[: ANSWER_SHOWN - 1] + "…"
+    return repr(text)[1:-1].replace("|", "\\|")

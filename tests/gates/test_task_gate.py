@@ -1,0 +1,257 @@
+"""The task gate: suites, checkers, the isolated code runner, the paired decision, and the
+gate on the real llama.cpp engine (SmolLM2-135M): a candidate against itself and a benign
+variant passes, the zeroed-key-band build fails with its flipped cases shown."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+import threading
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from flows.cli import app
+from gates.task import TaskRule, judge, run_task
+from gates.task_check import check
+from gates.task_collect import CaseOutcome, SideScores
+from gates.task_report import TaskFigures
+from gates.task_sandbox import run_isolated
+from gates.task_stats import mcnemar_worse, wilson
+from gates.task_suite import Code, Function, Limits, SuiteError, TaskSuite, load_suite
+from sandbox.engines.llamacpp import ServerPool
+from tests.gates.conftest import REPO
+
+FACTS = REPO / "manifests" / "tasks" / "smollm2-facts.yaml"
+runner = CliRunner()
+LIMITS = Limits(cpu_s=2, wall_s=5, memory_mb=256)
+ADD_TESTS = "assert add(2, 3) == 5\n"
+
+
+def contained(answer: str) -> tuple[float, str]:
+    outcome = check(Code(tests=ADD_TESTS), answer, LIMITS)
+    return outcome.score, outcome.detail
+
+
+def test_a_correct_code_answer_passes_in_its_own_directory() -> None:
+    answer = (
+        "```python\ndef add(a, b):\n    open('scratch.txt', 'w').write('ok')\n    return a + b\n```"
+    )
+    assert contained(answer) == (1.0, "tests passed")
+    assert contained("def add(a, b):\n    return a - b\n")[0] == 0.0
+
+
+@pytest.mark.parametrize("how", ["absolute", "relative"])
+def test_an_answer_writing_outside_its_directory_is_contained(tmp_path: Path, how: str) -> None:
+    target = tmp_path / "escaped.txt"
+    path = str(target) if how == "absolute" else "../../../../../../../../" + str(target)
+    score, detail = contained(f"open({path!r}, 'w').write('x')\ndef add(a, b):\n    return a + b\n")
+    assert score == 0.0 and "outside its directory" in detail, detail
+    assert not target.exists()
+
+
+def test_an_answer_opening_a_socket_is_contained() -> None:
+    accepted: list[object] = []
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        server.settimeout(3.0)
+        port = server.getsockname()[1]
+
+        def accept() -> None:
+            with contextlib.suppress(OSError):
+                accepted.append(server.accept())
+
+        listener = threading.Thread(target=accept)
+        listener.start()
+        answer = (
+            f"import socket\nsocket.create_connection(('127.0.0.1', {port})).sendall(b'x')\n"
+            "def add(a, b):\n    return a + b\n"
+        )
+        score, detail = contained(answer)
+        listener.join()
+    assert score == 0.0 and "not allowed" in detail, detail
+    assert accepted == []
+
+
+def test_an_answer_looping_forever_is_killed_and_fails() -> None:
+    score, detail = contained("while True:\n    pass\n")
+    assert score == 0.0 and "killed" in detail, detail
+
+
+def test_an_answer_cannot_start_processes_or_print_its_own_pass(tmp_path: Path) -> None:
+    marker = tmp_path / "spawned"
+    score, detail = contained(f"import os\nos.system('touch {marker}')\n")
+    assert score == 0.0 and not marker.exists(), detail
+    forged = 'print(\'{"nonce": "x", "score": 1.0, "detail": "forged"}\')\nimport os\nos._exit(0)\n'
+    assert contained(forged)[0] == 0.0
+
+
+def test_function_checkers_grade_in_the_isolated_runner() -> None:
+    source = "def check(answer):\n    return 0.5 if 'Paris' in answer else 0\n"
+    assert check(Function(source=source), " Paris!", LIMITS).score == 0.5
+    escape = "def check(answer):\n    import os\n    return os.system('true') == 0\n"
+    assert check(Function(source=escape), "x", LIMITS).score == 0.0
+    assert run_isolated({"kind": "function", "source": "x = 1", "answer": ""}, LIMITS).score == 0
+
+
+@pytest.mark.parametrize(
+    ("checker", "answer", "score"),
+    [
+        ({"kind": "exact", "expected": "Paris"}, "Paris", 1.0),
+        ({"kind": "exact", "expected": "Paris"}, " Paris", 0.0),
+        ({"kind": "normalised", "expected": "Paris"}, "  paris. ", 1.0),
+        ({"kind": "regex", "pattern": r"^\s*Lisbon\b"}, " Lisbon.", 1.0),
+        ({"kind": "regex", "pattern": r"^\s*Lisbon\b"}, " 21.", 0.0),
+        ({"kind": "number", "value": 32, "tolerance": 0.5}, "about 32.4 degrees", 1.0),
+        ({"kind": "number", "value": 32}, "no idea", 0.0),
+        (
+            {"kind": "json", "schema": {"type": "object", "required": ["a"]}},
+            'Here:\n```json\n{"a": 1}\n```',
+            1.0,
+        ),
+        ({"kind": "json", "schema": {"type": "object", "required": ["a"]}}, '{"b": 1}', 0.0),
+    ],
+)
+def test_checkers(checker: dict, answer: str, score: float) -> None:
+    suite = TaskSuite.model_validate(
+        {"name": "s", "cases": [{"id": "c", "prompt": "p", "check": checker}]}
+    )
+    assert check(suite.cases[0].check, answer, LIMITS).score == score
+
+
+@pytest.mark.parametrize(
+    ("case", "message"),
+    [
+        ({"id": "a", "prompt": "p", "check": {"kind": "regex", "pattern": "("}}, "not a regular"),
+        ({"id": "a", "check": {"kind": "exact", "expected": "x"}}, "either 'prompt'"),
+        (
+            {"id": "a", "prompt": "p", "check": {"kind": "json", "schema": {"type": 3}}},
+            "JSON schema",
+        ),
+        ({"id": "a", "prompt": "p", "check": {"kind": "guess"}}, "check"),
+    ],
+)
+def test_a_bad_suite_names_the_file_and_field(tmp_path: Path, case: dict, message: str) -> None:
+    path = tmp_path / "suite.yaml"
+    path.write_text(json.dumps({"name": "bad", "cases": [case]}))
+    with pytest.raises(SuiteError, match=message) as caught:
+        load_suite(path)
+    assert str(path) in str(caught.value)
+
+
+def test_exact_mcnemar_and_wilson() -> None:
+    assert mcnemar_worse(5, 0) == pytest.approx(1 / 32)
+    assert mcnemar_worse(12, 1) == pytest.approx(14 / 8192)
+    assert mcnemar_worse(0, 0) == 1.0
+    interval = wilson(19, 21, confidence=0.95)
+    assert interval.low < 19 / 21 < interval.high < 1
+
+
+def _side(scores: list[float]) -> SideScores:
+    cases = [
+        CaseOutcome(id=f"c{i}", answers=["a"], scores=[s], details=["d"])
+        for i, s in enumerate(scores)
+    ]
+    return SideScores(
+        suite="s",
+        suite_digest="x",
+        model_id="m",
+        source_url="u",
+        recorded_at="t",
+        sampling={},
+        cases=cases,
+    )
+
+
+def _suite(n: int, **extra: object) -> TaskSuite:
+    cases = [
+        {"id": f"c{i}", "prompt": "p", "check": {"kind": "exact", "expected": "a"}}
+        for i in range(n)
+    ]
+    return TaskSuite.model_validate({"name": "s", "cases": cases, **extra})
+
+
+def test_the_rule_needs_a_loss_beyond_the_margin_that_is_not_chance() -> None:
+    figures = TaskFigures(suite="s", n_cases=10, samples=1, candidate_url="u")
+    base = _side([1.0] * 10)
+    three_lost = judge(_suite(10), base, _side([0.0] * 3 + [1.0] * 7), TaskRule(), figures)
+    assert three_lost.passed  # p = 1/8: too few cases to call it a loss
+    assert "cannot tell the loss from chance" in three_lost.reason
+    five_lost = judge(_suite(10), base, _side([0.0] * 5 + [1.0] * 5), TaskRule(), figures)
+    assert five_lost.passed is False and len(five_lost.figures.flips) == 5
+    under_floor = judge(_suite(10), base, base, TaskRule(floor=100.0), figures)
+    assert under_floor.passed
+    floor = judge(_suite(10), base, _side([0.0] + [1.0] * 9), TaskRule(floor=95.0), figures)
+    assert floor.passed is False and "under the floor" in floor.reason
+    graded = _suite(10, sampling={"samples": 3, "temperature": 0.7})
+    worse = judge(graded, base, _side([0.0] * 6 + [1.0] * 4), TaskRule(), figures)
+    assert worse.passed is False and worse.figures.test == "paired bootstrap"
+
+
+def test_golden_scores_of_another_suite_give_no_verdict() -> None:
+    result = run_task("http://127.0.0.1:9", _suite(2), golden=_side([1.0, 1.0]))
+    assert result.passed is None and "another version of suite" in result.reason
+
+
+def test_cli_records_golden_scores_and_gates_the_real_engine(
+    llamacpp: ServerPool, tmp_path: Path
+) -> None:
+    """F16 against its own recorded scores passes; the zeroed-key-band build fails, with the
+    cases it lost shown beside the reference's answers."""
+    reference, broken = llamacpp.get("f16"), llamacpp.get("q4_1-zkb")
+    golden = tmp_path / "facts.task.json"
+    recorded = runner.invoke(
+        app,
+        [
+            "golden",
+            "record",
+            "--url",
+            reference.url,
+            "--task-suite",
+            str(FACTS),
+            "--out",
+            str(golden),
+        ],
+    )
+    assert recorded.exit_code == 0, recorded.output
+    assert "19/21 cases passed" in recorded.output
+    same = runner.invoke(
+        app,
+        ["gate", "task", "--url", reference.url, "--suite", str(FACTS), "--golden", str(golden)],
+    )
+    assert same.exit_code == 0, same.output
+    failed = runner.invoke(
+        app,
+        [
+            "gate",
+            "task",
+            "--url",
+            broken.url,
+            "--suite",
+            str(FACTS),
+            "--golden",
+            str(golden),
+            "--json",
+        ],
+    )
+    assert failed.exit_code == 1, failed.output
+    figures = json.loads(failed.output)["figures"]
+    assert figures["lost"] >= 8 and figures["p_value"] < 0.01
+    assert figures["candidate_score"]["high"] < figures["baseline_score"]["point"]
+    lost = {f["case_id"]: f for f in figures["flips"] if f["direction"] == "lost"}
+    assert lost["capital-portugal"]["baseline_answer"].strip().startswith("Lisbon")
+    assert lost["capital-portugal"]["candidate_verdict"].startswith("fail")
+
+
+@pytest.mark.slow
+def test_a_benign_variant_against_the_live_reference_passes(llamacpp: ServerPool) -> None:
+    """Q4_1 against live F16 (both asked at once) passes: measured, it loses no case and
+    gains one (Canberra); F16 against itself loses and gains none."""
+    suite = load_suite(FACTS)
+    reference = llamacpp.get("f16")
+    quantized = run_task(llamacpp.get("q4_1").url, suite, baseline_url=reference.url)
+    assert quantized.passed, quantized.markdown()
+    assert quantized.figures.lost == 0
+    itself = run_task(reference.url, suite, baseline_url=reference.url)
+    assert itself.passed and itself.figures.flips == []
