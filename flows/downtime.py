@@ -130,6 +130,8 @@ def gate_parts(spec: HandoffSpec) -> list[Part]:
         parts.append(
             Part(name="parity gate", seconds=gates.parity.budget_s, basis="parity.budget_s")
         )
+    if gates.task is not None:
+        parts.append(Part(name="task gate", seconds=gates.task.budget_s, basis="task.budget_s"))
     if gates.latency is not None:
         parts.append(
             Part(name="latency gate", seconds=gates.latency_budget_s, basis="latency_budget_s")

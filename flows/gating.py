@@ -1,4 +1,4 @@
-"""Step 5, gates: smoke, parity and latency against the warm candidate.
+"""Step 5, gates: smoke, parity, task and latency against the warm candidate.
 
 Observes the candidate (one ready pod) and, side by side, the live baseline (a ready
 pod of the live Deployment's current ReplicaSet, on the live pods' own port: see
@@ -32,10 +32,14 @@ from flows.kube.portforward import Forward, pod_forward, problems_note
 from flows.ledger import Phase
 from flows.progress import HandoffRun
 from flows.render import load_manifest
+from gates.errors import GateError
 from gates.golden_format import Golden
 from gates.latency import run_latency_async
 from gates.parity import run_parity_async
 from gates.smoke import run_smoke_async
+from gates.task import TaskRule, run_task_async
+from gates.task_golden import load_task_golden
+from gates.task_suite import load_suite
 
 
 class GateSummary(BaseModel):
@@ -107,6 +111,8 @@ def run_gates(run: HandoffRun, candidate_pods: tuple[str, ...]) -> Evidence:
             golden = Golden.load(gates.parity.golden)
             parity = run_parity_async(url, golden, gates.parity.tolerances, model_id=gates.model_id)
             summaries.append(_within(run, "parity", gates.parity.budget_s, parity, bounded))
+        if gates.task is not None:
+            summaries.append(_task(run, url, forwards, bounded))
         if gates.latency is not None:
             summaries.append(_latency(run, candidate_pods[0], url, forwards, bounded))
     problems = list(dict.fromkeys(p for f in forwards for p in f.problems()))
@@ -142,13 +148,44 @@ def _within(
     try:
         return _summary(asyncio.run(timed()), **sides)
     except TimeoutError:
-        reason = (
+        return _no_verdict(
+            name,
             f"no verdict within {limit:.0f} s (its budget {budget_s:g} s, cut to what is "
-            "left of the declared downtime)"
+            "left of the declared downtime)",
         )
-        return GateSummary(
-            name=name, verdict="no verdict", reason=reason, markdown=reason, figures={}
-        )
+
+
+def _no_verdict(name: str, reason: str) -> GateSummary:
+    return GateSummary(name=name, verdict="no verdict", reason=reason, markdown=reason, figures={})
+
+
+def _task(
+    run: HandoffRun, candidate_url: str, forwards: list[Forward], bounded: bool
+) -> GateSummary:
+    """The task gate against the live baseline side by side, else the golden scores."""
+    spec, model, ns = run.spec.gates.task, run.spec.gates.model_id, run.spec.namespace
+    assert spec is not None
+    try:
+        suite = load_suite(spec.suite)
+        golden = load_task_golden(spec.golden) if spec.golden is not None else None
+    except GateError as exc:
+        return _no_verdict("task", f"no verdict: {exc}")
+    rule = TaskRule(margin=spec.margin, floor=spec.floor)
+    baseline = _baseline(run)
+    if baseline is None:
+        if golden is None:
+            return _no_verdict(
+                "task",
+                "no verdict: no live server to compare with and no golden scores "
+                "(gates.task.golden); record them from the live server with "
+                "`handoff golden record --task-suite`",
+            )
+        gate = run_task_async(candidate_url, suite, rule, golden=golden, model_id=model)
+        return _within(run, "task", spec.budget_s, gate, bounded)
+    with pod_forward(run.kube, ns, baseline.pod, baseline.port) as forward:
+        forwards.append(forward)
+        gate = run_task_async(candidate_url, suite, rule, baseline_url=forward.url, model_id=model)
+        return _within(run, "task", spec.budget_s, gate, bounded)
 
 
 def _latency(

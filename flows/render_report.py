@@ -69,6 +69,14 @@ def gate_policy_markdown(spec: HandoffSpec) -> str:
             f"parity against `{gates.parity.golden.name}`, within {gates.parity.budget_s:g} s: "
             + _settings(gates.parity.tolerances.model_dump())
         )
+    if gates.task is not None:
+        task = gates.task
+        floor = f", floor {task.floor:g} %" if task.floor is not None else ""
+        baseline = f"golden scores `{task.golden.name}`" if task.golden else "no golden scores"
+        lines.append(
+            f"task suite `{task.suite.name}` against {baseline}, within {task.budget_s:g} s: "
+            f"at most {task.margin:g} points worse{floor}"
+        )
     if gates.latency is not None:
         latency = gates.latency
         lines.append(

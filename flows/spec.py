@@ -67,10 +67,25 @@ class ParityGateSpec(_Model):
     )
 
 
+class TaskGateSpec(_Model):
+    suite: Path = Field(description="task suite (cases and checkers), relative to the spec")
+    golden: Path | None = Field(
+        None,
+        description="scores recorded from the live server with `handoff golden record "
+        "--task-suite`; in place (no live baseline) they stand in for it, and are required",
+    )
+    margin: float = Field(2.0, ge=0, le=100, description="points the candidate may lose")
+    floor: float | None = Field(None, ge=0, le=100, description="least score, in percent")
+    budget_s: float = Field(
+        120.0, gt=0, description="in place, the gate's share of the declared downtime; held to it"
+    )
+
+
 class GatesSpec(_Model):
     model_id: str = Field(description="model id the candidate must serve")
     smoke_deadline_s: float = 30.0
     parity: ParityGateSpec | None = None
+    task: TaskGateSpec | None = None
     latency: LatencySettings | None = None
     latency_budget_s: float = Field(
         120.0, gt=0, description="in place, the latency gate's share of the declared downtime"
@@ -201,4 +216,13 @@ def _absolute_paths(spec: HandoffSpec, base: Path) -> HandoffSpec:
     if gates.parity is not None:
         parity = gates.parity.model_copy(update={"golden": (base / gates.parity.golden).resolve()})
         gates = gates.model_copy(update={"parity": parity})
+    if gates.task is not None:
+        golden = gates.task.golden
+        task = gates.task.model_copy(
+            update={
+                "suite": (base / gates.task.suite).resolve(),
+                "golden": None if golden is None else (base / golden).resolve(),
+            }
+        )
+        gates = gates.model_copy(update={"task": task})
     return spec.model_copy(update={"candidate": candidate, "gates": gates})

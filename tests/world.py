@@ -130,6 +130,9 @@ def spec_in(namespace: str, name: str, out_dir: Path, **changes: Any) -> Path:
     raw["candidate"]["manifest"] = str((SPECS / raw["candidate"]["manifest"]).resolve())
     if raw["gates"].get("parity"):
         raw["gates"]["parity"]["golden"] = str((SPECS / raw["gates"]["parity"]["golden"]).resolve())
+    for key in ("suite", "golden"):
+        if (raw["gates"].get("task") or {}).get(key):
+            raw["gates"]["task"][key] = str((SPECS / raw["gates"]["task"][key]).resolve())
     path = out_dir / f"{name}-{namespace}.yaml"
     path.write_text(yaml.safe_dump(_merge(raw, changes)))
     return path

@@ -49,6 +49,7 @@ def test_each_part_is_named_and_the_bound_adds_the_rollback() -> None:
         "old pods stop",
         "candidate pods start",
         "smoke gate",
+        "task gate",
         "latency gate",
         "swap",
     ]
@@ -56,6 +57,7 @@ def test_each_part_is_named_and_the_bound_adds_the_rollback() -> None:
     # No startupProbe and no start seen before: nothing bounds the start but the default.
     assert parts["candidate pods start"].seconds == DEFAULT_START_S
     assert parts["latency gate"].seconds == spec.gates.latency_budget_s
+    assert spec.gates.task is not None and parts["task gate"].seconds == spec.gates.task.budget_s
     assert parts["swap"].seconds == SWAP_S
     assert declared.estimate_s == pytest.approx(sum(p.seconds for p in declared.parts))
     rollback = {p.name: p for p in declared.rollback}

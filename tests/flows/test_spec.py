@@ -27,6 +27,19 @@ def test_seed_specs_load() -> None:
     assert clef.gates.parity is not None and clef.gates.parity.golden.name == "clef-flash.json"
 
 
+def test_the_coder_spec_gates_the_model_change_on_its_task_suite() -> None:
+    from gates.task_golden import load_task_golden
+    from gates.task_suite import load_suite
+
+    task = load_spec(SPECS / "coder-14b-fp16.yaml").gates.task
+    assert task is not None and task.golden is not None
+    suite, golden = load_suite(task.suite), load_task_golden(task.golden)
+    # the golden scores hold only for the suite they were recorded with
+    assert golden.suite_digest == suite.digest()
+    kinds = {case.check.kind for case in suite.cases}
+    assert {"code", "json", "number"} <= kinds
+
+
 def test_fix_commit_in_spec_is_the_sandbox_repos(tmp_path: Path) -> None:
     repo = create_candle_vllm_repo(tmp_path / "candle-vllm")
     assert load_spec(SPECS / "clef-candle.yaml").image.requires == [repo.commits["fix"]]

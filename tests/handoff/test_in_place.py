@@ -74,6 +74,8 @@ def test_a_late_plan_approval_costs_no_downtime_and_the_gates_swap_alone(
     assert [(a["approver"], a["what"]) for a in record["approvals"]] == [
         ("alice", "the in-place plan")
     ]
+    # The model changes: the task gate judged it against the golden scores of the old one.
+    assert record["gates"]["task"] == "pass", record["gates"]
     # In place is a real outage, and it stays inside what the plan declared.
     assert load.failed, "in place should show the declared downtime to clients"
     assert 0 < load.unavailable_s() <= record["downtime_estimate_s"]
