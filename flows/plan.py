@@ -14,8 +14,9 @@ from pydantic import BaseModel, ConfigDict
 
 from flows import downtime
 from flows.capacity import Decision, NodeGpu, Strategy, compute_gpu_ledger, decide_strategy
-from flows.errors import HandoffError, PermanentError
-from flows.kube import read, write
+from flows.dryrun import DryRun, dry_run, planned_writes
+from flows.errors import PermanentError
+from flows.kube import read
 from flows.kube.client import Kube
 from flows.kube.objects import (
     DeploymentSnapshot,
@@ -26,27 +27,12 @@ from flows.kube.objects import (
     pod_spec_gpus,
 )
 from flows.ledger import Snapshot, WorkloadSnapshot, history_entries
-from flows.render import (
-    TWIN_SUFFIX,
-    is_twin,
-    load_manifest,
-    override_image,
-    render_candidate,
-    service_selector,
-)
+from flows.render import TWIN_SUFFIX, load_manifest
 from flows.spec import HandoffSpec
 
 
 class PlanRefused(PermanentError):
     """The cluster cannot take this handoff as specified; nothing was written."""
-
-
-class DryRun(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
-    write: str
-    ok: bool
-    detail: str = ""
 
 
 class Plan(BaseModel):
@@ -150,7 +136,16 @@ def make_plan(kube: Kube, spec: HandoffSpec) -> Plan:
         else None,
         capacity_wait_s=spec.candidate.capacity_wait_s,
         pin_live_selector=pin,
-        dry_runs=_dry_runs(kube, spec, service, current, manifest, str(decision.strategy))
+        dry_runs=dry_run(
+            planned_writes(
+                kube,
+                spec,
+                service=service,
+                current=current,
+                manifest=manifest,
+                strategy=decision.strategy,
+            )
+        )
         if decision.strategy
         else [],
     )
@@ -216,60 +211,3 @@ def _declare_downtime(
         candidate_starts=downtime.recorded_starts(history, repository),
         live_starts=[p.start_s for p in live if p.start_s is not None],
     )
-
-
-def _dry_runs(
-    kube: Kube,
-    spec: HandoffSpec,
-    service: ServiceSnapshot,
-    current: list[DeploymentSnapshot],
-    manifest: dict[str, Any],
-    strategy: str,
-) -> list[DryRun]:
-    container = next(
-        c
-        for c in manifest["spec"]["template"]["spec"]["containers"]
-        if c["name"] == spec.candidate.container
-    )
-    body = render_candidate(
-        spec,
-        manifest,
-        pinned=override_image(spec, container["image"]),
-        revision="plan",
-        replicas=0,
-        handoff_id="plan",
-        twin=is_twin(spec, strategy),
-    )
-    checks = [
-        (
-            f"apply Deployment {body['metadata']['name']} at 0 replicas",
-            lambda: write.apply_deployment(kube, body, dry_run=True),
-        ),
-        (
-            f"patch Service {spec.service} selector",
-            lambda: write.patch_service(
-                kube,
-                spec.namespace,
-                spec.service,
-                resource_version=service.resource_version,
-                selector=(service.selector, service_selector(manifest, "plan")),
-                dry_run=True,
-            ),
-        ),
-        *[
-            (
-                f"scale Deployment {d.name} to 0",
-                lambda d=d: write.scale_deployment(kube, spec.namespace, d.name, 0, dry_run=True),
-            )
-            for d in current
-            if not spec.replaces_live
-        ],
-    ]
-    results = []
-    for name, call in checks:
-        try:
-            call()
-            results.append(DryRun(write=name, ok=True))
-        except HandoffError as exc:
-            results.append(DryRun(write=name, ok=False, detail=str(exc)))
-    return results

@@ -5,16 +5,22 @@ as after a failed step (`handoff rollback SPEC`). Order keeps clients served whe
 it can: the old workloads come back and are Ready first, then the selector goes
 back, then the candidate goes to its previous replica count (0 if it is new; it
 is kept, not deleted). In place, the previous Deployment spec is put back whole.
-Each write checks the cluster first, so a second rollback changes nothing.
+Each write checks the cluster first, so a second rollback changes nothing. A part
+that fails (a 403, an outage, a timeout) is named in the recorded cause and the
+other parts still run: the ledger always ends rolled back.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from flows.errors import HandoffError
 from flows.kube import read, write
 from flows.kube.client import Kube
 from flows.kube.objects import owned_by_deployment
 from flows.kube.wait import wait_pods, wait_rolled_out
+from flows.lease import LeaseLost
 from flows.ledger import TERMINAL, Ledger, Phase, WorkloadSnapshot
 from flows.progress import read_ledger, save_ledger
 from flows.render import candidate_name, is_twin
@@ -34,31 +40,49 @@ def rollback(kube: Kube, spec: HandoffSpec, *, cause: str) -> Ledger | None:
     if ledger.strategy == "in-place" and not spec.replaces_live:
         # The candidate holds the GPUs the old pods need back: it goes first, or the
         # old pods would wait Unschedulable while the Service has no endpoints.
-        _undo_candidate(kube, spec, ledger)
-        _wait_candidate_stopped(kube, spec, ledger)
+        with _noted(problems):
+            _undo_candidate(kube, spec, ledger)
+            _wait_candidate_stopped(kube, spec, ledger)
     for workload in ledger.snapshot.workloads:
-        _restore_workload(kube, spec, workload, problems)
-    # While candidate pods that the original selector would match still run, the
-    # Service is held on the restored pods alone (never two versions at once).
-    pinned = _pinned_to_restored(kube, spec, ledger)
-    _set_selector(kube, spec, pinned or ledger.snapshot.selector)
-    _undo_candidate(kube, spec, ledger)
-    if pinned:
-        _wait_candidate_gone(kube, spec, ledger)
-        _set_selector(kube, spec, ledger.snapshot.selector)
-    service = read.read_service(kube, spec.namespace, spec.service)
-    write.record_event(
-        kube,
-        namespace=spec.namespace,
-        kind="Service",
-        name=spec.service,
-        uid=service.uid,
-        reason="HandoffRolledBack",
-        warning=True,
-        message=f"handoff {ledger.handoff_id} rolled back: {cause}"[:1000],
-    )
+        with _noted(problems):
+            _restore_workload(kube, spec, workload, problems)
+    # One block: the candidate is stopped only once the Service has left it.
+    with _noted(problems):
+        # While candidate pods that the original selector would match still run, the
+        # Service is held on the restored pods alone (never two versions at once).
+        pinned = _pinned_to_restored(kube, spec, ledger)
+        _set_selector(kube, spec, pinned or ledger.snapshot.selector)
+        _undo_candidate(kube, spec, ledger)
+        if pinned:
+            _wait_candidate_gone(kube, spec, ledger)
+            _set_selector(kube, spec, ledger.snapshot.selector)
+    with _noted(problems):
+        service = read.read_service(kube, spec.namespace, spec.service)
+        write.record_event(
+            kube,
+            namespace=spec.namespace,
+            kind="Service",
+            name=spec.service,
+            uid=service.uid,
+            reason="HandoffRolledBack",
+            warning=True,
+            message=f"handoff {ledger.handoff_id} rolled back: {cause}"[:1000],
+        )
     note = f"{cause}; rollback problems: {'; '.join(problems)}" if problems else cause
     return save_ledger(kube, spec, ledger.to(Phase.ROLLED_BACK, cause=note[:2000]))
+
+
+@contextmanager
+def _noted(problems: list[str]) -> Iterator[None]:
+    """A part of the rollback that fails (a 403, an outage, a timeout) is noted in the
+    ledger's cause and the other parts still run, so the ledger never stays in
+    rolling-back; only a lost Lease stops it (this run may not write any more)."""
+    try:
+        yield
+    except LeaseLost:
+        raise
+    except HandoffError as exc:
+        problems.append(str(exc))
 
 
 def _restore_workload(
@@ -103,15 +127,7 @@ def _pinned_to_restored(kube: Kube, spec: HandoffSpec, ledger: Ledger) -> dict[s
 
 
 def _set_selector(kube: Kube, spec: HandoffSpec, selector: dict[str, str]) -> None:
-    service = read.read_service(kube, spec.namespace, spec.service)
-    if service.selector != selector:
-        write.patch_service(
-            kube,
-            spec.namespace,
-            spec.service,
-            resource_version=service.resource_version,
-            selector=(service.selector, selector),
-        )
+    write.update_service_selector(kube, spec.namespace, spec.service, selector)
 
 
 def _wait_candidate_gone(kube: Kube, spec: HandoffSpec, ledger: Ledger) -> None:

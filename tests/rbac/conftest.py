@@ -8,6 +8,7 @@ import base64
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -45,22 +46,35 @@ def flow_identity(
     tmp_path: Path,
 ) -> Iterator[Path]:
     """A kubeconfig holding the `handoff` ServiceAccount's token in the seeded namespace."""
-    docs = rbac_documents(seeded)
+    yield install_identity(sandbox, kube, seeded, rbac_documents(seeded), tmp_path)
+    remove_cluster_objects(kube, seeded)
+
+
+def install_identity(
+    sandbox: SandboxState,
+    kube: Kube,
+    namespace: str,
+    docs: list[dict[str, Any]],
+    tmp_path: Path,
+) -> Path:
+    """Apply the RBAC documents; a kubeconfig authenticating as their ServiceAccount."""
     for doc in docs:
         apply_manifest(kube, doc)
-    token = _service_account_token(kube, seeded, "handoff")
-    path = write_kubeconfig(
+    token = _service_account_token(kube, namespace, "handoff")
+    return write_kubeconfig(
         tmp_path / "handoff-sa.kubeconfig",
         server=sandbox.server,
         ca_crt=sandbox.run_dir / "pki" / "ca.crt",
-        user=f"system:serviceaccount:{seeded}:handoff",
+        user=f"system:serviceaccount:{namespace}:handoff",
         token=token,
     )
-    yield path
-    # cluster-wide objects outlive the namespace: remove them
+
+
+def remove_cluster_objects(kube: Kube, namespace: str) -> None:
+    """Cluster-wide objects outlive the namespace: remove them."""
     api = client.RbacAuthorizationV1Api(kube.api)
-    api.delete_cluster_role_binding(f"handoff-gpu-ledger-{seeded}")
-    api.delete_cluster_role(f"handoff-gpu-ledger-{seeded}")
+    api.delete_cluster_role_binding(f"handoff-gpu-ledger-{namespace}")
+    api.delete_cluster_role(f"handoff-gpu-ledger-{namespace}")
 
 
 def _service_account_token(admin: Kube, namespace: str, name: str) -> str:
