@@ -61,12 +61,31 @@ class Evidence(BaseModel):
     def passed(self) -> bool:
         return all(g.verdict == "pass" for g in self.gates)
 
+    def verdict(self) -> str:
+        """The gates' verdict and its reason, in one line."""
+        failed = [g for g in self.gates if g.verdict != "pass"]
+        if not self.gates:
+            return "no gates ran"
+        if not failed:
+            names = ", ".join(g.name for g in self.gates)
+            return f"PASS: all {len(self.gates)} gates pass ({names})"
+        return "FAIL: " + "; ".join(f"{g.name} {g.verdict}: {g.reason}" for g in failed)
+
+    def brief(self) -> str:
+        """The verdict, the image and the hash binding an approval to this evidence."""
+        return (
+            f"**Verdict:** {self.verdict()}  \n**Image:** `{self.image}`  \n"
+            f"**Evidence sha256:** `{self.sha256}`"
+        )
+
     def markdown(self) -> str:
-        head = f"**Image:** `{self.image}`  \n**Evidence sha256:** `{self.sha256}`\n"
+        """The verdict and its reason first, then one section per gate (its verdict as
+        the heading, its reason first)."""
+        head = self.brief() + "\n"
         tail = "".join(f"\n- {p}" for p in self.port_forward_problems)
         return (
             head
-            + "\n".join(f"\n### {g.name}: {g.verdict}\n{g.markdown}" for g in self.gates)
+            + "\n".join(f"\n### {g.name}: {g.verdict}\n\n{g.markdown}" for g in self.gates)
             + (f"\n\n### port-forward failures\n{tail}" if tail else "")
         )
 
@@ -216,16 +235,14 @@ def _summary(  # type: ignore[no-untyped-def]
     if candidate is not None:
         figures["candidate"] = candidate.model_dump()
         figures["baseline"] = baseline.model_dump() if baseline else None
-        sides = (
-            f"**Candidate:** {candidate.describe()}  \n**Baseline:** "
-            + (baseline.describe() if baseline else "none (SLOs only)")
-            + "\n\n"
+        sides = f"**Candidate:** {candidate.describe()}  \n**Baseline:** " + (
+            baseline.describe() if baseline else "none (SLOs only)"
         )
     return GateSummary(
         name=result.name,
         verdict=result.verdict,
         reason=result.reason,
-        markdown=sides + result.markdown(),
+        markdown=result.body(preface=sides),
         figures=figures,
     )
 

@@ -7,6 +7,7 @@ from flows.gating import Evidence
 from flows.plan import Plan
 from flows.record import HandoffRecord
 from flows.spec import HandoffSpec
+from gates import shown
 
 
 def plan_markdown(plan: Plan) -> str:
@@ -111,6 +112,8 @@ def _settings(values: dict[str, object]) -> str:
 def record_markdown(entry: HandoffRecord, evidence: Evidence | None) -> str:
     lines = [
         f"# Handoff `{entry.spec}` of `{entry.namespace}/{entry.service}`: {entry.outcome}",
+        *([f"**Cause:** {entry.cause}", ""] if entry.cause else []),
+        *([f"**Gates:** {evidence.verdict()}", ""] if evidence is not None else []),
         f"- id `{entry.handoff_id}`, strategy {entry.strategy}",
         f"- trigger: {entry.trigger.source}"
         + (f", delivery `{entry.trigger.delivery_id}`" if entry.trigger.delivery_id else "")
@@ -123,11 +126,13 @@ def record_markdown(entry: HandoffRecord, evidence: Evidence | None) -> str:
             f"(shown `{a['evidence_sha256'][:12]}`){': ' + a['reason'] if a['reason'] else ''}"
             for a in entry.approvals
         ],
-        "- durations (s): " + ", ".join(f"{k} {v:g}" for k, v in entry.durations_s.items()),
+        "- durations (s): "
+        + ", ".join(f"{k} {shown.seconds(v)}" for k, v in entry.durations_s.items()),
         *(
             [
-                f"- downtime: measured {entry.downtime_measured_s:g} s, declared about "
-                f"{entry.downtime_estimate_s:g} s, at most {entry.downtime_bound_s:g} s"
+                f"- downtime: measured {shown.seconds(entry.downtime_measured_s)} s, declared "
+                f"about {shown.seconds(entry.downtime_estimate_s)} s, at most "
+                f"{shown.seconds(entry.downtime_bound_s)} s"
             ]
             if entry.downtime_measured_s is not None
             and entry.downtime_estimate_s is not None
@@ -135,8 +140,6 @@ def record_markdown(entry: HandoffRecord, evidence: Evidence | None) -> str:
             else []
         ),
     ]
-    if entry.cause:
-        lines.append(f"- **cause:** {entry.cause}")
     if evidence is not None:
         lines.append("\n## Gates\n" + evidence.markdown())
     return "\n".join(lines)

@@ -54,8 +54,19 @@ def begin(spec_file: str, *, kubeconfig: str | None) -> Iterator[HandoffRun]:
         run = start_or_resume(fenced, spec, plan, run_id=holder)
         progress = create_progress_artifact(progress=0.0, description=f"handoff {spec.name}")
         run.evidence["progress_hook"] = lambda pct: update_progress_artifact(progress, pct)
-        yield run
+        try:
+            yield run
+        finally:  # done, rolled back, failed or cancelled: the run is over either way
+            _complete(progress, f"handoff {spec.name}: {run.ledger.phase}")
     kube.close()
+
+
+def _complete(progress: uuid.UUID, description: str) -> None:
+    """Progress to 100 %; a Prefect API error here must not hide why the run ended."""
+    try:
+        update_progress_artifact(progress, 100.0, description=description)
+    except Exception as exc:  # the run's own outcome matters more
+        get_run_logger().warning("progress artifact %s not set to 100 %%: %s", progress, exc)
 
 
 def finish(run: HandoffRun, trigger: Trigger | None) -> HandoffRecord:

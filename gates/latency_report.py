@@ -6,6 +6,7 @@ from collections.abc import Callable
 
 from pydantic import BaseModel, Field
 
+from gates import shown
 from gates.cell import CellFigures
 from gates.compare import Comparison
 from gates.metrics import LatencySummary
@@ -49,14 +50,12 @@ class LatencyFigures(Figures):
         return "\n".join(parts)
 
 
-def _fmt(summary: LatencySummary | None, *fields: str) -> str:
+def _fmt(
+    summary: LatencySummary | None, *fields: str, render: Callable[[float], str] = shown.ms
+) -> str:
     if summary is None:
         return "no samples"
-    return " / ".join(f"{getattr(summary, name):.2f}" for name in fields)
-
-
-def _number(value: float | None, digits: int = 1) -> str:
-    return "n/a" if value is None else f"{value:.{digits}f}"
+    return " / ".join(render(getattr(summary, name)) for name in fields)
 
 
 def _little(cell: CellFigures) -> str:
@@ -64,7 +63,7 @@ def _little(cell: CellFigures) -> str:
         return "n/a"
     return (
         f"{cell.little.measured_tok_s:.1f} / {cell.little.predicted_tok_s:.1f} "
-        f"({cell.little.ratio:.2f})"
+        f"({shown.ratio(cell.little.ratio)})"
     )
 
 
@@ -76,10 +75,10 @@ _ROWS: list[tuple[str, Callable[[CellFigures], str]]] = [
     ("TPOT ms mean / p50 / p95", lambda c: _fmt(c.tpot_ms, "mean", "p50", "p95")),
     ("ITL ms p50 / p99", lambda c: _fmt(c.itl_ms, "p50", "p99")),
     ("E2EL ms p50 / p95", lambda c: _fmt(c.e2el_ms, "p50", "p95")),
-    ("tokens per event mean", lambda c: _fmt(c.tokens_per_event, "mean")),
+    ("tokens per event mean", lambda c: _fmt(c.tokens_per_event, "mean", render=shown.ratio)),
     ("client queue ms p50 / p99", lambda c: _fmt(c.queue_ms, "p50", "p99")),
-    ("throughput tok/s", lambda c: _number(c.throughput_tok_s)),
-    ("goodput req/s", lambda c: _number(c.goodput_req_s, 2)),
+    ("throughput tok/s", lambda c: shown.ratio(c.throughput_tok_s)),
+    ("goodput req/s", lambda c: shown.ratio(c.goodput_req_s)),
     ("Little's law tok/s measured / predicted", _little),
 ]
 
@@ -88,7 +87,7 @@ def render_level(level: LevelFigures) -> str:
     verdict = {True: "pass", False: "FAIL", None: "no verdict"}[level.passed]
     cells = [level.candidate] + ([level.baseline] if level.baseline else [])
     header = "| " + " | ".join(["", *(c.label for c in cells)]) + " |"
-    lines = [f"### {level.concurrency} streams: {verdict}", ""]
+    lines = [f"#### {level.concurrency} streams: {verdict}", ""]
     if level.rounds is not None and level.max_rounds is not None:
         early = " (verdict certain: stopped early)" if level.rounds < level.max_rounds else ""
         lines += [f"{level.rounds} of at most {level.max_rounds} rounds a side{early}.", ""]
@@ -107,7 +106,7 @@ def render_level(level: LevelFigures) -> str:
         ]
         lines += [_comparison_row(c) for c in level.comparisons]
     lines += [
-        f"- SLO p95 {s.metric}: upper bound {_number(s.p95_upper_ms)} ms, limit "
+        f"- SLO p95 {s.metric}: upper bound {shown.ms(s.p95_upper_ms)} ms, limit "
         f"{s.limit_ms} ms, {'met' if s.met else 'no verdict' if s.met is None else 'MISSED'}"
         for s in level.slo_checks
     ]
@@ -115,9 +114,11 @@ def render_level(level: LevelFigures) -> str:
 
 
 def _comparison_row(c: Comparison) -> str:
-    interval = "n/a" if c.ratio_low is None else f"{c.ratio_low:.3f}–{c.ratio_high:.3f}"
+    interval = (
+        "n/a" if c.ratio_low is None else f"{shown.ratio(c.ratio_low)}–{shown.ratio(c.ratio_high)}"
+    )
     p_value = "n/a" if c.p_value is None else f"{c.p_value:.2g}"
     return (
-        f"| {c.metric} | {_number(c.ratio, 3)} | {interval} | {p_value} | "
+        f"| {c.metric} | {shown.ratio(c.ratio)} | {interval} | {p_value} | "
         f"{c.margin} ({c.worse_when} is worse) | {c.outcome} |"
     )

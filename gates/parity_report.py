@@ -6,6 +6,7 @@ import math
 
 from pydantic import Field
 
+from gates import shown
 from gates.capabilities import Capabilities
 from gates.parity_compare import HeadCheck, ProbeCheck, PromptParity, TeacherForcedFigures
 from gates.result import Figures
@@ -90,7 +91,7 @@ class ParityFigures(Figures):
         ratio = tf.perplexity_ratio
         if ratio is not None and abs(math.log(ratio)) > tolerances.log_perplexity_ratio_max:
             found.append(
-                f"teacher-forced perplexity ratio {ratio:.4f}: |log| above "
+                f"teacher-forced perplexity ratio {shown.ratio(ratio)}: |log| above "
                 f"{tolerances.log_perplexity_ratio_max}"
             )
         if tf.top_token_agreement < tolerances.top_token_agreement_min:
@@ -142,7 +143,7 @@ class ParityFigures(Figures):
             "",
             f"Teacher-forced reference ({tf.n_positions} positions): mean KL "
             f"{tf.kl_mean:.3g}, p99 KL {tf.kl_p99:.3g}, top-token agreement "
-            f"{tf.top_token_agreement:.1%}, perplexity ratio {tf.perplexity_ratio:.4f}.",
+            f"{tf.top_token_agreement:.1%}, perplexity ratio {shown.ratio(tf.perplexity_ratio)}.",
         ]
 
     def _check_table(self) -> list[str]:

@@ -11,12 +11,16 @@ from typing import Generic, Literal, TypeVar
 
 from pydantic import BaseModel, Field
 
+from gates import shown
+
 
 class Figures(BaseModel):
     """Base of each gate's figures; renders itself as markdown."""
 
     def markdown(self) -> str:
-        rows = "\n".join(f"| {key} | {value} |" for key, value in self.model_dump().items())
+        rows = "\n".join(
+            f"| {key} | {shown.figure(key, value)} |" for key, value in self.model_dump().items()
+        )
         return f"| figure | value |\n|---|---|\n{rows}"
 
 
@@ -38,8 +42,13 @@ class GateResult(BaseModel, Generic[FiguresT]):
         return "no verdict" if self.passed is None else ("pass" if self.passed else "fail")
 
     def markdown(self) -> str:
-        """A short report for the flow's artifact and the CLI."""
-        lines = [f"## {self.name} gate: {self.verdict.upper()}", "", self.reason, ""]
+        """A short report for the CLI: the verdict as its heading, then `body()`."""
+        return f"## {self.name} gate: {self.verdict.upper()}\n\n" + self.body()
+
+    def body(self, preface: str = "") -> str:
+        """The report under a heading the caller writes: the reason first, then
+        `preface` (what was measured, when the caller knows more), figures, evidence."""
+        lines = [self.reason, ""] + ([preface, ""] if preface else [])
         lines += [self.figures.markdown(), ""]
         if self.evidence:
             lines += ["**Evidence**", ""] + [f"- {item}" for item in self.evidence] + [""]

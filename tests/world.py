@@ -228,17 +228,28 @@ def spare_gpus(kube: Kube) -> Iterator[str]:
     set_cordoned(kube.api, SPARE_NODE, True)
 
 
-def handoff_report(sandbox: SandboxState, flow_run_id: str) -> str:
-    """The handoff's markdown report, as the Prefect server holds it."""
+def _artifacts(sandbox: SandboxState, flow_run_id: str, kind: str) -> list[dict[str, Any]]:
+    """The flow run's artifacts of one type, as the Prefect server holds them."""
     response = httpx.post(
         f"{sandbox.prefect_api_url}/artifacts/filter",
-        json={
-            "artifacts": {"flow_run_id": {"any_": [flow_run_id]}, "type": {"any_": ["markdown"]}}
-        },
+        json={"artifacts": {"flow_run_id": {"any_": [flow_run_id]}, "type": {"any_": [kind]}}},
         timeout=30,
         trust_env=False,
     )
     response.raise_for_status()
-    reports = [a["data"] for a in response.json() if (a.get("key") or "").startswith("handoff-")]
-    assert reports, f"no report artifact for flow run {flow_run_id}: {response.json()}"
+    return list(response.json())
+
+
+def handoff_report(sandbox: SandboxState, flow_run_id: str) -> str:
+    """The handoff's markdown report, as the Prefect server holds it."""
+    found = _artifacts(sandbox, flow_run_id, "markdown")
+    reports = [a["data"] for a in found if (a.get("key") or "").startswith("handoff-")]
+    assert reports, f"no report artifact for flow run {flow_run_id}: {found}"
     return str(reports[-1])
+
+
+def handoff_progress(sandbox: SandboxState, flow_run_id: str) -> float:
+    """The handoff's progress artifact (percent), as the Prefect server holds it."""
+    found = _artifacts(sandbox, flow_run_id, "progress")
+    assert len(found) == 1, f"flow run {flow_run_id}: progress artifacts {found}"
+    return float(found[0]["data"])

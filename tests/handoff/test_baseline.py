@@ -24,6 +24,7 @@ from sandbox.seed import World, before_state_documents
 from sandbox.state import SandboxState
 from tests.world import (
     ROOT,
+    handoff_progress,
     handoff_report,
     remove_seeded,
     run_handoff,
@@ -99,6 +100,7 @@ def test_latency_baseline_is_a_live_pod_on_the_live_port(
     assert ledger is not None and ledger.phase == "done"
     record = history_entries(svc.metadata.annotations)[-1]
     report = handoff_report(sandbox, record["flow_run_id"])
+    assert handoff_progress(sandbox, record["flow_run_id"]) == 100.0
     live_rs = _current_replica_set(kube, namespace, "clef-serve")
     assert (
         f"**Baseline:** pod `{live_rs}-" in report

@@ -17,7 +17,7 @@ from flows.stepview import STEPS
 from sandbox.proxy import address_of
 from sandbox.state import SandboxState
 from sandbox.traffic import ClientLoad
-from tests.world import ROOT, run_handoff, service, spec_in
+from tests.world import ROOT, handoff_progress, handoff_report, run_handoff, service, spec_in
 
 
 def _clients(sandbox: SandboxState, namespace: str) -> ClientLoad:
@@ -71,10 +71,20 @@ def test_wrong_answers_roll_back(
     assert "first divergence" in result.stdout + result.stderr or "diverg" in (
         result.stdout + result.stderr
     )
+    flow_run_id = history_entries(svc.metadata.annotations)[-1]["flow_run_id"]
+    assert handoff_progress(sandbox, flow_run_id) == 100.0  # a rollback ends the run
+    report = handoff_report(sandbox, flow_run_id)  # its verdict and reason first
+    lines = report.splitlines()
+    assert lines[0].endswith(": rolled-back") and lines[1].startswith("**Cause:** gates did not")
+    assert lines[3].startswith("**Gates:** FAIL: parity fail: "), lines[:5]
+    gate_headings = [line for line in lines if line.startswith("### ")]
+    assert gate_headings[:2] == ["### smoke: pass", "### parity: fail"], gate_headings
+    assert len({h.split(":")[0] for h in gate_headings}) == len(gate_headings), gate_headings
+    assert " gate: " not in report and not re.search(r"\d\.\d{6,}", report), report
 
 
 def test_crash_looping_candidate_rolls_back_within_seconds(
-    kube: Kube, seeded: str, handoff_env: dict[str, str], tmp_path: Path
+    sandbox: SandboxState, kube: Kube, seeded: str, handoff_env: dict[str, str], tmp_path: Path
 ) -> None:
     manifest = yaml.safe_load((ROOT / "manifests/llm-serving/clef-candle.yaml").read_text())
     del manifest["spec"]["template"]["spec"]["runtimeClassName"]
@@ -95,3 +105,4 @@ def test_crash_looping_candidate_rolls_back_within_seconds(
     assert svc.spec.selector == {"app": "clef-serve"}
     record = history_entries(svc.metadata.annotations)[-1]
     assert record["durations_s"]["warm"] < 30, record["durations_s"]
+    assert handoff_progress(sandbox, record["flow_run_id"]) == 100.0  # a rollback ends the run
