@@ -28,7 +28,9 @@ def _clients(sandbox: SandboxState, namespace: str) -> ClientLoad:
 def test_clef_candle_side_by_side_without_a_failed_request(
     sandbox: SandboxState, kube: Kube, seeded: str, handoff_env: dict[str, str], tmp_path: Path
 ) -> None:
-    spec_file = spec_in(seeded, "clef-candle", tmp_path)
+    # A task gate without golden scores: only the live pod can be its baseline here.
+    suite = str(ROOT / "manifests" / "tasks" / "coder.yaml")
+    spec_file = spec_in(seeded, "clef-candle", tmp_path, gates={"task": {"suite": suite}})
     cluster_ip = service(kube, seeded, "clef-serve").spec.cluster_ip
     with _clients(sandbox, seeded) as load:
         result = run_handoff(spec_file, handoff_env, "--auto-approve")
@@ -47,7 +49,7 @@ def test_clef_candle_side_by_side_without_a_failed_request(
     assert ready and all(name.startswith("clef-candle-") for name in ready)
     assert kube.apps.read_namespaced_deployment("clef-serve", seeded).spec.replicas == 0
     record = history_entries(svc.metadata.annotations)[-1]
-    assert record["gates"] == {"smoke": "pass", "parity": "pass", "latency": "pass"}
+    assert record["gates"] == {"smoke": "pass", "parity": "pass", "task": "pass", "latency": "pass"}
     assert any("ancestor" in fix for fix in record["fixes"])
 
 
