@@ -18,12 +18,17 @@ import shutil
 import threading
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
+from functools import partial
 from pathlib import Path
 
 from pydantic import BaseModel
 from rich.console import Console
 
 from flows.kube.client import Kube, connect
+from flows.links import run_link
+from flows.logfile import logs_to
+from flows.stepview import Listener, StepEvent, listening, shown_live
 from sandbox import manager
 from sandbox.proxy import address_of
 from sandbox.seed import World, apply_before_state, create_world, merge_gdn_fix, publish_candle
@@ -96,9 +101,16 @@ def wait_ready(kube: Kube, names: tuple[str, ...], timeout_s: float = 180.0) -> 
 
 
 def run_handoff(
-    state: SandboxState, spec: str, service: str, *, port: int, auto_approve: bool
+    state: SandboxState,
+    spec: str,
+    service: str,
+    *,
+    port: int,
+    auto_approve: bool,
+    console: Console,
 ) -> DemoResult:
-    """One handoff as a Prefect flow, with client traffic through the Service.
+    """One handoff as a Prefect flow, with client traffic through the Service and its
+    step table live on `console`.
 
     The clients name no model, so they keep working whichever model the Service serves.
     """
@@ -110,7 +122,12 @@ def run_handoff(
     url = "http://" + address_of(state.run_dir, NAMESPACE, service, port)
     outcome, image, strategy = "failed", None, None
     estimate = declared = measured = None
-    with ClientLoad(url, streams=4) as load, tags(f"service:{service}", f"handoff:{spec}"):
+    with (
+        ClientLoad(url, streams=4) as load,
+        tags(f"service:{service}", f"handoff:{spec}"),
+        shown_live(console, title=f"handoff {spec}"),
+        listening(link_printer(console, spec)),
+    ):
         try:
             record = handoff(
                 str(SPECS / f"{spec}.yaml"),
@@ -138,6 +155,21 @@ def run_handoff(
     )
 
 
+def link_printer(console: Console, spec: str) -> Listener:
+    """Print the run's page in the Prefect UI once its first step starts: with Prefect's
+    log lines in a file, this is where an approver finds the run."""
+    printed: list[str] = []
+
+    def hear(event: StepEvent) -> None:
+        from prefect.runtime import flow_run
+
+        if not printed and event.state == "started":
+            printed.append(str(flow_run.id))
+            console.print(f"handoff {spec}: {run_link(printed[0])}")
+
+    return hear
+
+
 def ci_after_merge(world: World, say: Callable[[str], None]) -> threading.Thread:
     """Merge the fix now; CI publishes the fixed :sm70 after CI_DELAY_S."""
     fix = merge_gdn_fix(world)
@@ -155,18 +187,27 @@ def ci_after_merge(world: World, say: Callable[[str], None]) -> threading.Thread
     return thread
 
 
-def main(run_dir: Path, *, auto_approve: bool, console: Console) -> list[DemoResult]:
+def log_file(run_dir: Path) -> Path:
+    """Where the demo's log lines go unless --verbose."""
+    return run_dir / "logs" / "demo.log"
+
+
+def main(
+    run_dir: Path, *, auto_approve: bool, console: Console, verbose: bool = False
+) -> list[DemoResult]:
     say = console.print
-    say("[bold]handoff demo[/bold]: bringing the sandbox up")
-    state, _ = manager.up(run_dir)
-    os.environ["PREFECT_API_URL"] = state.prefect_api_url or ""
-    os.environ["KUBECONFIG"] = str(state.kubeconfig)
-    say(f"Prefect UI: {(state.prefect_api_url or '').removesuffix('/api')}")
-    world, _kube = prepare(state, say)
-    ci = ci_after_merge(world, say)
-    results = [run_handoff(state, "clef-candle", "clef-serve", port=80, auto_approve=auto_approve)]
-    ci.join(timeout=CI_DELAY_S + 60)
-    results.append(
-        run_handoff(state, "coder-14b-fp16", "coder-predictor", port=80, auto_approve=auto_approve)
-    )
+    if not verbose:
+        say(f"Prefect's log lines: {log_file(run_dir)} (--verbose shows them here)")
+    with nullcontext() if verbose else logs_to(log_file(run_dir)):
+        say("[bold]handoff demo[/bold]: bringing the sandbox up")
+        state, _ = manager.up(run_dir)
+        os.environ["PREFECT_API_URL"] = state.prefect_api_url or ""
+        os.environ["KUBECONFIG"] = str(state.kubeconfig)
+        say(f"Prefect UI: {(state.prefect_api_url or '').removesuffix('/api')}")
+        world, _kube = prepare(state, say)
+        ci = ci_after_merge(world, say)
+        one = partial(run_handoff, state, port=80, auto_approve=auto_approve, console=console)
+        results = [one("clef-candle", "clef-serve")]
+        ci.join(timeout=CI_DELAY_S + 60)
+        results.append(one("coder-14b-fp16", "coder-predictor"))
     return results

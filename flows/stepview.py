@@ -14,6 +14,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Literal
 
+from rich.console import Console
+from rich.live import Live
 from rich.table import Table
 
 State = Literal["started", "done", "failed"]
@@ -64,7 +66,8 @@ def notify(event: StepEvent) -> None:
 class StepView:
     """One row per step: pending, running (seconds so far), done or failed (seconds)."""
 
-    def __init__(self) -> None:
+    def __init__(self, title: str = "handoff steps") -> None:
+        self.title = title
         self._rows: dict[str, tuple[str, float | None, float]] = {
             name: ("pending", None, 0.0) for name in STEPS
         }
@@ -76,7 +79,7 @@ class StepView:
             self._rows[event.name] = (event.state, event.seconds, 0.0)
 
     def __rich__(self) -> Table:
-        table = Table(title="handoff steps", title_justify="left")
+        table = Table(title=self.title, title_justify="left")
         table.add_column("step")
         table.add_column("state")
         table.add_column("s", justify="right")
@@ -87,3 +90,11 @@ class StepView:
             shown = "" if seconds is None else f"{seconds:.1f}"
             table.add_row(name, f"[{styles[state]}]{state}[/]", shown)
         return table
+
+
+@contextmanager
+def shown_live(console: Console, title: str = "handoff steps") -> Iterator[StepView]:
+    """The step table, redrawn on `console` while the block runs; left printed after."""
+    view = StepView(title)
+    with Live(view, console=console, refresh_per_second=4), listening(view):
+        yield view

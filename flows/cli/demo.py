@@ -24,8 +24,13 @@ def demo(
             help="Pause for approval in the Prefect UI instead of auto-approving.",
         ),
     ] = False,
+    verbose: Annotated[
+        bool,
+        typer.Option("--verbose", help="Show Prefect's log lines here instead of in a file."),
+    ] = False,
 ) -> None:
-    """Bring the sandbox up and run the clef-candle and coder-14b-fp16 handoffs."""
+    """Bring the sandbox up and run the clef-candle and coder-14b-fp16 handoffs, each
+    with its live step table, then a summary."""
     import os
 
     os.environ.setdefault("DO_NOT_TRACK", "1")
@@ -35,7 +40,9 @@ def demo(
     from sandbox.paths import default_run_dir
 
     run_dir = (run_dir or default_run_dir()).resolve()
-    results = demo_run.main(run_dir, auto_approve=not approve_in_ui, console=console)
+    results = demo_run.main(
+        run_dir, auto_approve=not approve_in_ui, console=console, verbose=verbose
+    )
     table = Table(
         "handoff",
         "outcome",
@@ -72,6 +79,8 @@ def demo(
     if state is not None:
         typer.echo(f"  export KUBECONFIG={state.kubeconfig}")
     typer.echo(f"  uv run handoff history --namespace {demo_run.NAMESPACE}")
+    if not verbose:
+        typer.echo(f"Prefect's log lines: {demo_run.log_file(run_dir)}")
     typer.echo("stop the sandbox:")
     typer.echo(f"  uv run handoff sandbox down --run-dir {run_dir}")
     if any(r.outcome != "done" for r in results):

@@ -9,7 +9,6 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.live import Live
 from rich.markdown import Markdown
 
 console = Console()
@@ -61,7 +60,7 @@ def run(
     from flows.errors import HandoffError
     from flows.handoff import handoff
     from flows.spec import load_spec
-    from flows.stepview import StepView, listening
+    from flows.stepview import shown_live
 
     try:
         handoff_spec = load_spec(spec)
@@ -78,11 +77,9 @@ def run(
             "PREFECT_API_URL, or pass --auto-approve",
             2,
         )
-    view = StepView()
     with (
         tags(f"service:{handoff_spec.service}", f"handoff:{handoff_spec.name}"),
-        Live(view, console=console, refresh_per_second=4),
-        listening(view),
+        shown_live(console),
     ):
         try:
             record = handoff(
