@@ -20,6 +20,7 @@ from prefect.input import RunInput
 
 from flows.errors import ApprovalRejected
 from flows.ledger import ApprovalRecord, Phase
+from flows.links import run_link
 from flows.pause_clock import ticking
 from flows.progress import HandoffRun, now_iso
 
@@ -46,12 +47,14 @@ def request_approval(
     summary: str,
     auto: bool,
     phase: Phase,
+    brief: str = "",
     evidence_sha256: str | None = None,
     timeout_s: float | None = None,
     timeout_setting: str = "approval.timeout_s",
 ) -> Approval:
     """Ask (or auto-approve) and record the answer; raise ApprovalRejected on no.
-    The answer is bound to `evidence_sha256`, by default the hash of `summary`."""
+    The answer is bound to `evidence_sha256`, by default the hash of `summary`; `brief`
+    is what the notification to the approver says of it."""
     if run.reached(phase):
         return Approval(approver=run.ledger.approver or AUTO_APPROVER, reason="approved earlier")
     if auto or not run.spec.approval.required:
@@ -61,6 +64,7 @@ def request_approval(
         )
     else:
         timeout = (run.spec.approval.timeout_s if timeout_s is None else timeout_s, timeout_setting)
+        _tell_approver(run, what=what, brief=brief, seconds=timeout[0])
         answer = _ask(run, what=what, summary=summary, timeout=timeout)
     kept = ApprovalRecord(
         approver=answer.approver,
@@ -78,6 +82,22 @@ def request_approval(
         )
     run.advance(phase, approvals=approvals)
     return answer
+
+
+def _tell_approver(run: HandoffRun, *, what: str, brief: str, seconds: float) -> None:
+    if run.notifier is None:
+        return
+    from prefect.runtime import flow_run
+
+    run_id = str(flow_run.id)
+    run.notifier.send(
+        "approval",
+        f"handoff {run.spec.name} waits for approval of {what}",
+        f"Handoff `{run.ledger.handoff_id}` of Service `{run.spec.namespace}/"
+        f"{run.spec.service}` ({run.plan.strategy}) waits at most {seconds:g} s for a "
+        f"person to approve {what}.\n\n{brief}\n\nApprove or reject: {run_link(run_id)} "
+        f"(or `handoff approve {run_id} --approver NAME [--reject]`)",
+    )
 
 
 def _ask(run: HandoffRun, *, what: str, summary: str, timeout: tuple[float, str]) -> Approval:

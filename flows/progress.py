@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from flows.errors import PermanentError
 from flows.kube import read, write
@@ -18,6 +18,9 @@ from flows.ledger import ANNOTATION, TERMINAL, Ledger, Phase, parse_ledger
 from flows.outage import OutageClock
 from flows.plan import Plan
 from flows.spec import HandoffSpec
+
+if TYPE_CHECKING:
+    from flows.notify import Notifier
 
 
 def now_iso() -> str:
@@ -67,6 +70,7 @@ class HandoffRun:
     timings: dict[str, float] = field(default_factory=dict)
     evidence: dict[str, Any] = field(default_factory=dict)
     outage: OutageClock | None = None  # in place, from the old pods' stop to the swap
+    notifier: Notifier | None = None  # the spec's notify.block
 
     def advance(self, phase: Phase, **changes: Any) -> None:
         """Record that the handoff reached `phase` (no-op if it already had)."""

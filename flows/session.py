@@ -20,6 +20,7 @@ from prefect.runtime import flow_run
 from flows.image import PinnedImage
 from flows.kube.client import connect
 from flows.lease import ServiceLease, read_holder
+from flows.notify import load_notifier
 from flows.plan import make_plan
 from flows.progress import HandoffRun, now_iso
 from flows.record import HandoffRecord, Trigger, record
@@ -37,6 +38,7 @@ def _run_id() -> str:
 def begin(spec_file: str, *, kubeconfig: str | None) -> Iterator[HandoffRun]:
     """Plan, take the Service's Lease, start or resume the ledger."""
     spec = load_spec(Path(spec_file))
+    notifier = load_notifier(spec)  # a wrong block name fails here, before any write
     kube = connect(kubeconfig)
     log = get_run_logger()
     plan = make_plan(kube, spec)
@@ -52,6 +54,7 @@ def begin(spec_file: str, *, kubeconfig: str | None) -> Iterator[HandoffRun]:
         # Every write of the run passes the Lease's fence: a lost Lease stops it.
         fenced = dataclasses.replace(kube, fence=lease.check)
         run = start_or_resume(fenced, spec, plan, run_id=holder)
+        run.notifier = notifier
         progress = create_progress_artifact(progress=0.0, description=f"handoff {spec.name}")
         run.evidence["progress_hook"] = lambda pct: update_progress_artifact(progress, pct)
         try:

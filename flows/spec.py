@@ -109,6 +109,19 @@ class ApprovalSpec(_Model):
     )
 
 
+class NotifySpec(_Model):
+    block: str = Field(
+        pattern=r"^[a-z0-9][-a-z0-9]*/[^/]+$",
+        description="a Prefect notification block as `type-slug/name`, e.g. "
+        "`custom-webhook/approvers` (a Custom Webhook block posts to Slack, Mattermost or "
+        "Teams); any other Prefect notification block is accepted the same way",
+    )
+    on: list[Literal["approval", "rollback"]] = Field(
+        default_factory=lambda: ["approval", "rollback"],
+        description="when to send: a pause for approval, a rollback",
+    )
+
+
 class RetireSpec(_Model):
     action: Literal["scale-to-zero"] = Field(
         "scale-to-zero", description="old workloads are kept at 0 replicas, never deleted"
@@ -125,6 +138,7 @@ class HandoffSpec(_Model):
     images: list[ImageOverride] = Field(default_factory=list)
     gates: GatesSpec
     approval: ApprovalSpec = ApprovalSpec()
+    notify: NotifySpec | None = None
     retire: RetireSpec = RetireSpec()
     source_file: Path | None = Field(None, exclude=True)
 

@@ -20,6 +20,7 @@ from flows.capacity import Strategy
 from flows.errors import HandoffError
 from flows.image import ImageRequirement, PinnedImage
 from flows.ledger import Phase
+from flows.links import run_link
 from flows.progress import HandoffRun
 from flows.render_report import gate_policy_markdown, plan_markdown
 from flows.stepview import State, StepEvent, notify
@@ -109,8 +110,19 @@ def approve_plan(run: HandoffRun, *, auto: bool) -> None:
         + f"\n\n**Image:** `{run.ledger.image or _pinned_ref(run)}`\n\n"
         + gate_policy_markdown(run.spec)
     )
+    downtime = run.plan.downtime
+    brief = f"**Image:** `{run.ledger.image or _pinned_ref(run)}`; in place" + (
+        f", declared downtime about {downtime.estimate_s:.0f} s, at most {downtime.bound_s:.0f} s"
+        if downtime
+        else ""
+    )
     approve.request_approval(
-        run, what="the in-place plan", summary=summary, auto=auto, phase=Phase.DOWNTIME_APPROVED
+        run,
+        what="the in-place plan",
+        summary=summary,
+        brief=brief,
+        auto=auto,
+        phase=Phase.DOWNTIME_APPROVED,
     )
 
 
@@ -152,6 +164,7 @@ def approve_gates(run: HandoffRun, evidence: gating.Evidence, *, auto: bool) -> 
         run,
         what="the handoff",
         summary=evidence.markdown(),
+        brief=evidence.brief(),
         auto=auto,
         phase=Phase.APPROVED,
         evidence_sha256=evidence.sha256,
@@ -200,6 +213,28 @@ def roll_back(run: HandoffRun, cause: BaseException) -> None:
     if ledger is not None:
         run.ledger = ledger
     _end_outage(run)
+    _tell_rollback(run, text)
+
+
+def _tell_rollback(run: HandoffRun, cause: str) -> None:
+    if run.notifier is None:
+        return
+    from prefect.runtime import flow_run
+
+    evidence: gating.Evidence | None = run.evidence.get("gates")
+    ended = (
+        "rolled back"
+        if run.ledger.phase == Phase.ROLLED_BACK
+        else f"did not finish its rollback ({run.ledger.phase}): look at it now"
+    )
+    run.notifier.send(
+        "rollback",
+        f"handoff {run.spec.name} {ended}",
+        f"Handoff `{run.ledger.handoff_id}` of Service `{run.spec.namespace}/"
+        f"{run.spec.service}` rolled back ({run.ledger.phase}): {cause}"
+        + (f"\n\n{evidence.brief()}" if evidence else "")
+        + f"\n\nReport: {run_link(str(flow_run.id))}",
+    )
 
 
 def spec_path(value: str | Path) -> Path:

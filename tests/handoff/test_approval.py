@@ -1,5 +1,6 @@
 """Approval and exclusion, with the real Prefect server: a paused handoff holds its
-Service (a second handoff is refused at once), a rejection rolls back and is recorded
+Service (a second handoff is refused at once), tells the approver through the spec's
+notification block (and again when it rolls back), a rejection rolls back and is recorded
 with the approver, and an approval nobody gives in time rolls back too. In place, a
 spec may ask for a look at the gates during the outage: its form shows a running
 downtime clock, its short timeout rolls back, and every approval is kept."""
@@ -16,6 +17,7 @@ from flows.kube.client import Kube
 from flows.ledger import history_entries, parse_ledger
 from flows.pause_clock import REFRESH_S
 from tests.handoff.pauses import PausingRun, coder_spec
+from tests.receiver import receiving, webhook_block
 from tests.world import run_handoff, service, spec_in
 
 # Whole in-place handoffs with a person answering from the command line: on a shared,
@@ -29,19 +31,29 @@ def test_paused_handoff_excludes_another_and_rejection_rolls_back(
     handoff_env: dict[str, str],
     tmp_path: Path,
 ) -> None:
-    spec_file = spec_in(seeded, "coder-14b-fp16", tmp_path)
-    # In place: pauses for the plan while the old pods serve.
-    first = PausingRun.start(spec_file, handoff_env)
-    try:
-        first.wait_paused()
-        second = run_handoff(spec_file, handoff_env, "--auto-approve", timeout_s=120)
-        assert second.returncode != 0
-        assert "is being handed off by" in second.stdout + second.stderr
-        first.answer(handoff_env, "alice", "not during office hours", reject=True)
-        assert first.wait(timeout_s=180) != 0
-    finally:
-        if first.process.poll() is None:
-            first.process.kill()
+    with receiving() as approvers:
+        block = webhook_block(approvers.url, handoff_env["PREFECT_API_URL"])
+        spec_file = spec_in(seeded, "coder-14b-fp16", tmp_path, notify={"block": block})
+        # In place: pauses for the plan while the old pods serve.
+        first = PausingRun.start(spec_file, handoff_env)
+        try:
+            first.wait_paused()
+            told = approvers.texts()
+            # refused after its slot wait (75 s): the rest is start-up and exit on a loaded machine
+            second = run_handoff(spec_file, handoff_env, "--auto-approve", timeout_s=240)
+            assert second.returncode != 0
+            assert "is being handed off by" in second.stdout + second.stderr
+            first.answer(handoff_env, "alice", "not during office hours", reject=True)
+            assert first.wait(timeout_s=180) != 0
+        finally:
+            if first.process.poll() is None:
+                first.process.kill()
+    # the pause, with the evidence and where to answer; then the rollback and why
+    assert len(told) == 1 and told[0].startswith("handoff coder-14b-fp16 waits for approval")
+    assert f"/runs/flow-run/{first.run_id}" in told[0] and "declared downtime" in told[0]
+    assert len(approvers.texts()) == 2, approvers.texts()
+    assert approvers.texts()[1].startswith("handoff coder-14b-fp16 rolled back")
+    assert "rejected by alice: not during office hours" in approvers.texts()[1]
     svc = service(kube, seeded, "coder-predictor")
     ledger = parse_ledger(svc.metadata.annotations)
     assert ledger is not None and ledger.phase == "rolled-back"
