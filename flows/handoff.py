@@ -7,6 +7,7 @@ Any failure after the first write rolls back from the snapshot on the Service.
 from __future__ import annotations
 
 from prefect import flow
+from prefect.exceptions import Abort, TerminationSignal
 from prefect.states import Cancelled
 
 from flows.newest import ensure_newest
@@ -53,5 +54,10 @@ def handoff(
         except Exception as exc:
             roll_back(run, exc)
             finish(run, trigger)
+            raise
+        except (TerminationSignal, KeyboardInterrupt, Abort) as exc:
+            # Cancelled (SIGTERM from the worker, Ctrl-C, or the API): the Service is
+            # restored all the same, as plain code since a cancelled run runs no tasks.
+            roll_back.fn(run, exc)
             raise
         return finish(run, trigger)

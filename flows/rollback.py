@@ -34,7 +34,9 @@ def rollback(kube: Kube, spec: HandoffSpec, *, cause: str) -> Ledger | None:
     ledger = read_ledger(kube, spec)
     if ledger is None or ledger.phase in TERMINAL:
         return ledger
-    if ledger.phase is not Phase.ROLLING_BACK:
+    if ledger.phase is Phase.ROLLING_BACK:
+        cause = ledger.cause or cause  # a rollback resumed keeps the cause it began with
+    else:
         ledger = save_ledger(kube, spec, ledger.to(Phase.ROLLING_BACK, cause=cause[:2000]))
     problems: list[str] = []
     if ledger.strategy == "in-place" and not spec.replaces_live:

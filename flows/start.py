@@ -10,6 +10,7 @@ new ledger (phase `started`) only.
 from __future__ import annotations
 
 from flows.capacity import Decision
+from flows.errors import PermanentError
 from flows.kube.client import Kube
 from flows.lease import HandoffInProgress
 from flows.ledger import TERMINAL, Ledger, Phase
@@ -17,6 +18,20 @@ from flows.outage import OutageClock
 from flows.plan import Plan, PlanRefused
 from flows.progress import HandoffRun, now_iso, read_ledger, save_ledger
 from flows.spec import HandoffSpec
+
+
+class RollbackUnfinished(PermanentError):
+    """The resumed handoff had started rolling back: it is finished, never resumed forward."""
+
+
+def ensure_not_rolling_back(ledger: Ledger) -> None:
+    """A run that stopped mid-rollback is resumed by finishing the rollback (raising sends
+    the flow there) instead of by walking the steps forward again."""
+    if ledger.phase is Phase.ROLLING_BACK:
+        raise RollbackUnfinished(
+            f"handoff {ledger.handoff_id} stopped while rolling back; finishing the rollback "
+            f"(cause: {ledger.cause or 'not recorded'})"
+        )
 
 
 def unfinished(kube: Kube, spec: HandoffSpec) -> Ledger | None:

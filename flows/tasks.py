@@ -19,10 +19,12 @@ from flows import apply, approve, gating, image, outage, rollback, scale, swap, 
 from flows.capacity import Strategy
 from flows.errors import HandoffError
 from flows.image import ImageRequirement, PinnedImage
+from flows.lease import LeaseLost
 from flows.ledger import Phase
 from flows.links import run_link
 from flows.progress import HandoffRun
 from flows.render_report import gate_policy_markdown, plan_markdown
+from flows.start import ensure_not_rolling_back
 from flows.stepview import State, StepEvent, notify
 
 T = TypeVar("T")
@@ -69,6 +71,7 @@ def step(name: str, *, bounded: bool = True) -> Callable[[Callable[..., T]], Cal
 @step("wait-for-image")
 def wait_for_image(run: HandoffRun) -> PinnedImage | None:
     """Pin the image (or reuse the pin a resumed run already applied)."""
+    ensure_not_rolling_back(run.ledger)
     if run.ledger.image and run.reached(Phase.APPLIED):
         return None
     spec, log = run.spec, get_run_logger()
@@ -208,6 +211,9 @@ def scale_up_and_retire(run: HandoffRun) -> None:
 @step("rollback", bounded=False)  # the way out of the outage is never cut short
 def roll_back(run: HandoffRun, cause: BaseException) -> None:
     text = str(cause) if isinstance(cause, HandoffError) else f"{type(cause).__name__}: {cause}"
+    if isinstance(cause, LeaseLost):
+        get_run_logger().error("not rolling back, this run may no longer write: %s", text)
+        return
     get_run_logger().warning("rolling back: %s", text)
     ledger = rollback.rollback(run.kube, run.spec, cause=text)
     if ledger is not None:

@@ -1,0 +1,82 @@
+"""A handoff stopped while it runs leaves the Service serving and the ledger finished.
+
+Cancelled (SIGTERM, as a Prefect worker sends on a cancellation) in place, where the old
+pods were already stopped, it rolls back before it exits: the previous spec comes back,
+the Service serves again, and the ledger ends rolled back instead of pointing at a
+half-done step. Killed outright in the middle of its rollback, the next run of the same
+spec finishes that rollback instead of walking the handoff forward again."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from flows.kube.client import Kube
+from flows.ledger import parse_ledger
+from tests.handoff.pauses import RELAXED
+from tests.world import (
+    LEASE_S,
+    await_phase,
+    handoff_process,
+    run_handoff,
+    service,
+    spec_in,
+    wait_deployments_ready,
+)
+
+pytestmark = pytest.mark.timeout(600)  # a whole handoff, on a shared machine
+
+IMPOSSIBLE = {"latency": {"slo": {"tpot_ms": 0.001, "ttft_ms": 10000}}}
+
+
+def _serves(kube: Kube, namespace: str) -> None:
+    wait_deployments_ready(kube, namespace, ("candle-vllm",))
+    endpoints = kube.core.read_namespaced_endpoints("coder-predictor", namespace)
+    assert [a for s in endpoints.subsets or [] for a in s.addresses or []]
+
+
+def test_sigterm_mid_handoff_rolls_back_and_the_service_serves_again(
+    kube: Kube, seeded: str, handoff_env: dict[str, str], tmp_path: Path
+) -> None:
+    spec_file = spec_in(seeded, "coder-14b-fp16", tmp_path, gates=RELAXED)
+    before = kube.apps.read_namespaced_deployment("candle-vllm", seeded).spec.template
+    with handoff_process(spec_file, handoff_env, "--auto-approve") as run:
+        await_phase(kube, seeded, "coder-predictor", "applied", run)
+        os.kill(run.pid, signal.SIGTERM)
+        output, _ = run.communicate(timeout=300)
+    assert run.returncode != 0, output[-3000:]
+    ledger = parse_ledger(service(kube, seeded, "coder-predictor").metadata.annotations)
+    assert ledger is not None and ledger.phase == "rolled-back", output[-3000:]
+    # The cause is the TerminationSignal, or what Prefect's task engine raised when the
+    # signal cut into a task's own set-up: either way the run rolled back.
+    assert ledger.cause, ledger
+    after = kube.apps.read_namespaced_deployment("candle-vllm", seeded).spec.template
+    assert after == before
+    _serves(kube, seeded)
+
+
+def test_a_run_killed_mid_rollback_is_finished_by_the_next_run(
+    kube: Kube, seeded: str, handoff_env: dict[str, str], tmp_path: Path
+) -> None:
+    spec_file = spec_in(seeded, "coder-14b-fp16", tmp_path, gates=IMPOSSIBLE)
+    before = kube.apps.read_namespaced_deployment("candle-vllm", seeded).spec.template
+    with handoff_process(spec_file, handoff_env, "--auto-approve") as run:
+        await_phase(kube, seeded, "coder-predictor", "rolling-back", run)
+        os.killpg(run.pid, signal.SIGKILL)
+        run.wait()
+    stopped = parse_ledger(service(kube, seeded, "coder-predictor").metadata.annotations)
+    assert stopped is not None and stopped.phase == "rolling-back"
+    time.sleep(float(LEASE_S) + 2)  # the killed run's Lease lapses
+    result = run_handoff(spec_file, handoff_env, "--auto-approve")
+    output = result.stdout[-3000:] + result.stderr[-3000:]
+    assert result.returncode != 0, output
+    ledger = parse_ledger(service(kube, seeded, "coder-predictor").metadata.annotations)
+    assert ledger is not None and ledger.handoff_id == stopped.handoff_id, output
+    assert ledger.phase == "rolled-back" and ledger.cause == stopped.cause, output
+    after = kube.apps.read_namespaced_deployment("candle-vllm", seeded).spec.template
+    assert after == before
+    _serves(kube, seeded)
