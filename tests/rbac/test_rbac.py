@@ -134,7 +134,8 @@ def test_a_grant_revoked_mid_handoff_still_ends_rolled_back(
     flow_identity: Path, kube: Kube, seeded: str, handoff_env: dict[str, str], tmp_path: Path
 ) -> None:
     env = {**handoff_env, "KUBECONFIG": str(flow_identity)}
-    spec_file = spec_in(seeded, "clef-candle", tmp_path)
+    # One level of load is enough for this test's latency gate.
+    spec_file = spec_in(seeded, "clef-candle", tmp_path, gates={"latency": {"levels": [1]}})
     with handoff_process(spec_file, env, "--auto-approve") as run:
         await_phase(kube, seeded, "clef-serve", "warm", run)
         # While the gates run, an administrator takes scaling away: retiring the old
