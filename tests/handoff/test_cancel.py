@@ -59,6 +59,7 @@ def test_sigterm_mid_handoff_rolls_back_and_the_service_serves_again(
     _serves(kube, seeded)
 
 
+@pytest.mark.slow  # a handoff, its gate failure and two rollbacks: 2-3 minutes
 def test_a_run_killed_mid_rollback_is_finished_by_the_next_run(
     kube: Kube, seeded: str, handoff_env: dict[str, str], tmp_path: Path
 ) -> None:

@@ -130,6 +130,7 @@ def test_a_missing_grant_stops_the_handoff_at_plan_time_with_nothing_changed(
     assert now.metadata.resource_version == live.metadata.resource_version
 
 
+@pytest.mark.slow  # a whole side-by-side handoff with its parity gate: 2-3 minutes
 def test_a_grant_revoked_mid_handoff_still_ends_rolled_back(
     flow_identity: Path, kube: Kube, seeded: str, handoff_env: dict[str, str], tmp_path: Path
 ) -> None:
