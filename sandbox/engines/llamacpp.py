@@ -20,6 +20,7 @@ import fcntl
 import hashlib
 import os
 import subprocess
+import threading
 import time
 from pathlib import Path
 from typing import Literal
@@ -218,17 +219,29 @@ def wait_answering(url: str, record: procs.ProcessRecord, *, timeout_s: float) -
     )
 
 
+PoolKey = tuple[Variant, ServerOptions, str]
+
+
 class ServerPool:
-    """Servers shared by many callers: one per (variant, options), started on first use."""
+    """Servers shared by many callers: one per (variant, options, instance), started on
+    first use; callers in several threads each start theirs side by side. ``instance``
+    names a second process with the same settings (a twin, restarted)."""
 
     def __init__(self, log_dir: Path) -> None:
         self._log_dir = log_dir
-        self._servers: dict[tuple[Variant, ServerOptions], LlamaServer] = {}
+        self._servers: dict[PoolKey, LlamaServer] = {}
+        self._lock = threading.Lock()
+        self._starting: dict[PoolKey, threading.Lock] = {}
 
-    def get(self, variant: Variant, options: ServerOptions | None = None) -> LlamaServer:
-        key = (variant, options or ServerOptions())
-        if key not in self._servers:
-            self._servers[key] = LlamaServer(variant, key[1], log_dir=self._log_dir)
+    def get(
+        self, variant: Variant, options: ServerOptions | None = None, *, instance: str = ""
+    ) -> LlamaServer:
+        key = (variant, options or ServerOptions(), instance)
+        with self._lock:
+            starting = self._starting.setdefault(key, threading.Lock())
+        with starting:
+            if key not in self._servers:
+                self._servers[key] = LlamaServer(variant, key[1], log_dir=self._log_dir)
         return self._servers[key]
 
     def close(self) -> None:

@@ -30,6 +30,7 @@ from sandbox.traffic import ClientLoad
 from tests.world import ROOT, handoff_cli, run_handoff, service, wait_deployments_ready
 
 MANIFESTS = ROOT / "manifests" / "real-engine"
+PROMPTS = ROOT / "manifests" / "prompts"
 # The pods' own server flags (manifests/real-engine), so the golden server computes alike.
 POD_OPTIONS = ServerOptions(model_alias="smollm2", n_threads=1, n_ctx=2048)
 # Recording the F16 golden file scores the long reference text position by position.
@@ -43,20 +44,30 @@ def llama_source(sandbox: SandboxState, tmp_path_factory: pytest.TempPathFactory
     return source
 
 
-@pytest.fixture(scope="session")
-def f16_golden(llamacpp: ServerPool, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def _record_f16_golden(pool: ServerPool, out: Path, *reference: str) -> Path:
     """Recorded from an F16 server with the pods' flags: what the live pod answers."""
-    out = tmp_path_factory.mktemp("golden") / "smollm2-f16.golden.json"
-    server = llamacpp.get("f16", POD_OPTIONS)
-    prompts = ROOT / "manifests" / "prompts"
+    server = pool.get("f16", POD_OPTIONS)
     done = subprocess.run(
         handoff_cli("golden", "record", "--url", server.url,
-                    "--prompts", str(prompts / "smollm2.jsonl"),
-                    "--reference", str(prompts / "reference-long.txt"), "--out", str(out)),
+                    "--prompts", str(PROMPTS / "smollm2.jsonl"), *reference, "--out", str(out)),
         capture_output=True, text=True, timeout=900,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     return out
+
+
+@pytest.fixture(scope="session")
+def f16_golden(llamacpp: ServerPool, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Over the long reference text, which a quantization needs to be judged fairly."""
+    out = tmp_path_factory.mktemp("golden") / "smollm2-f16.golden.json"
+    return _record_f16_golden(llamacpp, out, "--reference", str(PROMPTS / "reference-long.txt"))
+
+
+@pytest.fixture(scope="session")
+def f16_golden_short(llamacpp: ServerPool, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Over the built-in reference text: enough for the key band, and half the positions."""
+    out = tmp_path_factory.mktemp("golden") / "smollm2-f16-short.golden.json"
+    return _record_f16_golden(llamacpp, out)
 
 
 @pytest.fixture
@@ -102,10 +113,10 @@ def test_zeroed_key_band_build_is_refused_by_parity_and_rolled_back(
     kube: Kube,
     live_f16: str,
     llama_source: SourceRepo,
-    f16_golden: Path,
+    f16_golden_short: Path,
     handoff_env: dict[str, str],
 ) -> None:
-    env = _spec_env(handoff_env, sandbox, llama_source, live_f16, f16_golden, "q4_1-zkb")
+    env = _spec_env(handoff_env, sandbox, llama_source, live_f16, f16_golden_short, "q4_1-zkb")
     with _clients(sandbox, live_f16) as load:
         result = run_handoff(MANIFESTS / "handoff-q4.yaml", env, "--auto-approve", timeout_s=600)
     assert result.returncode != 0
