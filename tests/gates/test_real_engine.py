@@ -137,19 +137,20 @@ def test_wrong_chat_template_fails(q4_golden: Golden, variants: dict[str, Candid
 
 
 def test_cli_golden_and_every_gate_on_the_real_server(llamacpp: ServerPool, tmp_path: Path) -> None:
+    # One raw completion, one chat turn and a sentence to score: the commands, not the
+    # verdicts (the tests above judge those), so few logprob positions.
+    lines = PROMPTS.read_text().splitlines()
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text(lines[0] + "\n" + next(x for x in lines if '"messages"' in x) + "\n")
+    reference = tmp_path / "reference.txt"
+    reference.write_text("A Service keeps its address while its selector moves to new pods.\n")
     live = llamacpp.get("q4_1")
     golden_file = tmp_path / "smollm2.json"
     recorded = runner.invoke(
         app,
         [
-            "golden",
-            "record",
-            "--url",
-            live.url,
-            "--prompts",
-            str(PROMPTS),
-            "--out",
-            str(golden_file),
+            *("golden", "record", "--url", live.url, "--prompts", str(prompts)),
+            *("--reference", str(reference), "--out", str(golden_file)),
         ],
     )
     assert recorded.exit_code == 0, recorded.output
@@ -157,8 +158,8 @@ def test_cli_golden_and_every_gate_on_the_real_server(llamacpp: ServerPool, tmp_
     model = Golden.load(golden_file).model_id
     smoke = runner.invoke(app, ["gate", "smoke", "--url", live.url, "--model", model])
     assert smoke.exit_code == 0, smoke.output
-    # a twin of the live server: the short built-in reference text cannot judge a numeric
-    # change (the benchmark's long text does), it only shows the commands work end to end
+    # a twin of the live server: a sentence cannot judge a numeric change (the long
+    # reference text does), it only shows the commands work end to end
     candidate = llamacpp.get("q4_1", instance="twin")
     parity = runner.invoke(
         app, ["gate", "parity", "--url", candidate.url, "--golden", str(golden_file)]
