@@ -5,7 +5,8 @@ renders it as the API's containerStatuses entry. A process that exits becomes th
 container's lastState (Terminated, reason Error or Completed, exit code) and, per the
 restart policy, restarts at once the first time and after a doubling back-off
 afterwards (CrashLoopBackOff). A failed startup or liveness probe kills and restarts it.
-Each run logs to ``<restartCount>.log`` as the kubelet's log directory does.
+Each run logs to ``<restartCount>.log`` as the kubelet's log directory does. A stop for
+good runs the container's preStop hook first (``prestop.py``).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from sandbox.kubelet.container_run import ContainerRun, terminated_state
 from sandbox.kubelet.context import NodeContext
 from sandbox.kubelet.events import PodRef
 from sandbox.kubelet.images import PulledImage
+from sandbox.kubelet.prestop import PreStopHook
 from sandbox.kubelet.pull import ImagePuller
 from sandbox.kubelet.runtime import ContainerRuntime
 from sandbox.kubelet.status import Status, go_duration, now_rfc3339, restored_state
@@ -66,6 +68,7 @@ class ContainerRunner:
         self._stopping = False
         self._image: PulledImage | None = None
         self._container_id = ""
+        self._hook: PreStopHook | None = None
 
     @property
     def stopped(self) -> bool:
@@ -89,13 +92,22 @@ class ContainerRunner:
         elif self._stage is Stage.BACKOFF and now >= self._restart_at and not self._stopping:
             self._start(now)
 
-    def stop(self, now: float, grace_s: float) -> None:
-        """Stop for good: SIGTERM now, SIGKILL after ``grace_s``."""
+    def stop(self, now: float, grace_s: float, *, pre_stop: bool = True) -> None:
+        """Stop for good: the preStop hook first (if any and ``pre_stop``), then SIGTERM,
+        SIGKILL once ``grace_s`` (counted from now) is over."""
         if self._stopping:
             return
         self._stopping = True
-        if self._run is not None:
-            self._event("Killing", f"Stopping container {self.name}")
+        if self._run is None:
+            return
+        self._event("Killing", f"Stopping container {self.name}")
+        if pre_stop and PreStopHook.handler(self._container) is not None:
+            log = self._log_dir / "prestop.log"
+            self._hook = PreStopHook(
+                self._ctx, self._pod, self._container, ports=self._ports, log=log
+            )
+            self._hook.start(now, grace_s)
+        else:
             self._run.terminate(now, grace_s)
 
     def _start(self, now: float) -> None:
@@ -145,6 +157,11 @@ class ContainerRunner:
 
     def _watch(self, now: float) -> None:
         assert self._run is not None
+        if self._hook is not None:
+            self._hook.step(now)
+            if self._hook.done:
+                self._run.terminate(now, self._hook.remaining_grace(now))
+                self._hook = None
         terminated = self._run.poll(now)
         if terminated is not None:
             self._exited(now, terminated)

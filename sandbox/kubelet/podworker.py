@@ -2,10 +2,11 @@
 
 A thread steps the pod's containers every TICK_S (or when woken by a pod update or a
 probe), publishes the table entry and, when it changed, the pod status through the
-pods/status subresource. When the pod gets a deletionTimestamp its containers get
-SIGTERM, SIGKILL after the grace period, and the kubelet then deletes the object with
-grace 0 and a uid precondition, as the real status manager does. If the kubelet itself
-stops, the processes stop and the API is left as it is.
+pods/status subresource. When the pod gets a deletionTimestamp its containers run their
+preStop hooks, then get SIGTERM, SIGKILL once the grace period is over, and the kubelet
+then deletes the object with grace 0 and a uid precondition, as the real status manager
+does. If the kubelet itself stops, the processes stop (no hooks) and the API is left as
+it is.
 """
 
 from __future__ import annotations
@@ -104,8 +105,9 @@ class PodWorker:
             grace = self._stop_grace()
             if grace is not None and not stopping:
                 stopping = True
+                # preStop hooks run when the pod is deleted, not when the kubelet stops
                 for runner in runners:
-                    runner.stop(now, grace)
+                    runner.stop(now, grace, pre_stop=self._shutdown_grace is None)
             for runner in runners:
                 runner.step(now)
             self._publish(pod_ip, runners)
