@@ -11,7 +11,7 @@ files are cached beside it under ``models/`` and made on first use:
   few layers (the seeds' silent failure: fluent, wrong answers).
 
 ``LlamaServer`` runs ``python -m llama_cpp.server`` on 127.0.0.1 and waits until
-``/v1/models`` answers.
+``/v1/models`` answers; on SIGTERM the server finishes the streams it has open.
 """
 
 from __future__ import annotations
@@ -159,9 +159,20 @@ class ServerOptions(BaseModel):
         return out
 
 
+# llama-cpp-python streams through sse-starlette, which by default ends every open stream
+# the moment uvicorn gets SIGTERM: a client mid-answer gets a cut stream. With that off,
+# SIGTERM drains as uvicorn does: the listener closes, kept-alive connections close once
+# idle, and requests already taken are answered in full before the process exits.
+_DRAINING_SERVER = (
+    "from sse_starlette.sse import AppStatus; AppStatus.disable_automatic_graceful_drain(); "
+    "import runpy; runpy.run_module('llama_cpp.server', run_name='__main__', alter_sys=True)"
+)
+
+
 def server_argv(model: Path, port: int, args: list[str]) -> list[str]:
-    """The engine's server command on 127.0.0.1:``port``; ``args`` are further server flags."""
-    base = [str(python()), "-m", "llama_cpp.server", "--model", str(model)]
+    """The engine's server (``python -m llama_cpp.server``, draining on SIGTERM) on
+    127.0.0.1:``port``; ``args`` are further server flags."""
+    base = [str(python()), "-c", _DRAINING_SERVER, "--model", str(model)]
     return [*base, "--host", "127.0.0.1", "--port", str(port), *args]
 
 
@@ -187,6 +198,10 @@ class LlamaServer:
         except BaseException:
             self.stop()
             raise
+
+    @property
+    def pid(self) -> int:
+        return self._record.pid
 
     def stop(self) -> None:
         procs.stop(self._record, grace_s=5.0)

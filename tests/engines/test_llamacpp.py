@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import re
+import signal
+import time
 from pathlib import Path
 
 import httpx
@@ -74,3 +77,34 @@ def test_a_server_that_cannot_start_says_why(tmp_path: Path) -> None:
         LlamaServer("q4_1", options, log_dir=tmp_path),  # stopped should it start after all
     ):
         pass
+
+
+def test_sigterm_lets_an_open_stream_finish(tmp_path: Path) -> None:
+    # A pod's server gets SIGTERM while clients still read answers from it.
+    server = LlamaServer("q4_1", log_dir=tmp_path)
+    try:
+        body = {"prompt": "Count from one to one hundred: one, two,", "stream": True, **GREEDY}
+        body["max_tokens"] = 64
+        url = f"{server.url}/v1/completions"
+        with httpx.stream("POST", url, json=body, timeout=60) as response:
+            chunks = response.iter_text()
+            text = next(chunks)  # the answer has begun
+            os.kill(server.pid, signal.SIGTERM)
+            text += "".join(chunks)
+        assert "data: [DONE]" in text, text[-500:]
+        assert '"finish_reason":"length"' in text.replace(" ", ""), (
+            "the answer ended before SIGTERM came"
+        )
+        deadline = time.monotonic() + 20
+        while not _exited(server.pid):
+            assert time.monotonic() < deadline, "the server did not exit once drained"
+            time.sleep(0.1)
+    finally:
+        server.stop()
+
+
+def _exited(pid: int) -> bool:
+    try:
+        return os.waitpid(pid, os.WNOHANG)[0] == pid
+    except ChildProcessError:  # not ours to wait for, or reaped already
+        return not os.path.exists(f"/proc/{pid}")
