@@ -3,7 +3,9 @@ runs the post-receive hook → the relay → a Prefect event → the trigger of 
 from prefect.yaml → a process worker → the handoff flow on the sandbox, which pauses
 for a person who approves it in the Prefect UI; the record names the merge, the
 delivery and the approver. Two merges in quick succession: only the newest is handed
-off, the older run stops before writing anything and says why."""
+off, the older run stops before writing anything and says why; a merge whose Service
+is being handed off waits for its turn and checks again. Handoffs of two Services run
+at once: one waiting for CI does not hold up the other."""
 
 from __future__ import annotations
 
@@ -15,13 +17,19 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from prefect.client.schemas import filters
 from prefect.client.schemas.objects import FlowRun
+from prefect.flow_runs import resume_flow_run
+from prefect.settings import PREFECT_API_URL, temporary_settings
 from pydantic import BaseModel
 
 from flows.kube.client import Kube
 from flows.ledger import history_entries, parse_ledger
+from flows.slots import service_slot
+from sandbox.publisher import publish
+from sandbox.seed import ORG, World
 from tests.ui.browser import approve_in_ui, chromium
 from tests.webhook.conftest import SECRET
 from tests.webhook.deploy import (
@@ -195,3 +203,126 @@ def test_two_quick_merges_hand_off_only_the_newest(
     assert [e["outcome"] for e in audit if e.get("flow_run_id") == str(superseded.id)] == [
         "superseded"
     ]
+
+
+def one_run(daily: DailyPath, prefect: PrefectServer, merge: str) -> FlowRun | None:
+    [run] = runs_of(daily, prefect, merge) or [None]
+    return run
+
+
+def logged(prefect: PrefectServer, run: FlowRun, text: str) -> bool:
+    """Whether the run has logged a line containing text."""
+    found = httpx.post(
+        f"{prefect.api_url}/logs/filter",
+        json={"logs": {"flow_run_id": {"any_": [str(run.id)]}}, "limit": 200},
+        timeout=30,
+    )
+    found.raise_for_status()
+    return any(text in line["message"] for line in found.json())
+
+
+def answer(prefect: PrefectServer, run: FlowRun, decision: str) -> str:
+    """Answer the run's pending pause through the API (as `handoff approve` does)."""
+    key = run.state.state_details.pause_key
+    with temporary_settings({PREFECT_API_URL: prefect.api_url}):
+        resume_flow_run(
+            run.id,
+            run_input={"approver": "Grace Hopper", "decision": decision, "reason": f"{key} seen"},
+        )
+    return str(key)
+
+
+@pytest.mark.timeout(900)
+def test_two_services_hand_off_at_once(
+    daily: DailyPath,
+    prefect: PrefectServer,
+    kube: Kube,
+    world: World,
+    seeded: str,
+    spare_gpus: str,
+) -> None:
+    """clef-serve's handoff waits for CI to publish its image; meanwhile a merge for
+    coder-predictor is handed off up to its approval. Both then end done."""
+    tag = f"sm70-ci-{uuid.uuid4().hex[:6]}"
+
+    def clef(raw: dict[str, Any]) -> None:
+        raw["namespace"] = seeded
+        raw["image"]["tag"] = tag  # not published yet: the run waits for CI
+        raw["image"]["timeout_s"] = 600
+        raw["gates"].pop("latency")  # parity decides here; latency is another test's
+        raw["approval"]["timeout_s"] = 600
+
+    def clef_started() -> bool:
+        ledger = parse_ledger(service(kube, seeded, "clef-serve").metadata.annotations)
+        return ledger is not None and ledger.phase == "started"
+
+    waiting, _ = merge_spec_change(daily.repo, "clef-candle", clef, "clef: candle-vllm")
+    wait_until(clef_started, timeout_s=120, what=f"the clef-candle run to wait for {tag}")
+    other, _ = merge_spec_change(daily.repo, SPEC, into(seeded, 603), "coder: 14B fp16")
+    paused = wait_until(
+        lambda: (r := one_run(daily, prefect, other)) and state_of(r) == "Paused" and r,
+        timeout_s=150,
+        what="the coder run to pause for approval while the clef-candle run waits for CI",
+    )
+    assert state_of(one_run(daily, prefect, waiting)) == "Running"  # type: ignore[arg-type]
+    assert clef_started(), "the clef-candle run should still be waiting for its image"
+    answered = {waiting: [], other: [answer(prefect, paused, "approve")]}
+    source = world.candle_vllm.path
+    publish(world.registry_url, f"{ORG}/candle-vllm", tag, git_repo=source, commit="HEAD")
+
+    def ended() -> bool:
+        runs = {m: one_run(daily, prefect, m) for m in answered}
+        for merge, run in runs.items():
+            key = run.state.state_details.pause_key if run and state_of(run) == "Paused" else None
+            if key and key not in answered[merge]:
+                answered[merge].append(answer(prefect, run, "approve"))  # type: ignore[arg-type]
+        return all(r and state_of(r) in FINAL for r in runs.values())
+
+    wait_until(ended, timeout_s=420, what="both handoffs to end", every_s=2.0)
+    done = [one_run(daily, prefect, m) for m in (waiting, other)]
+    assert [state_of(r) for r in done] == ["Completed", "Completed"], done  # type: ignore[arg-type]
+    for name in ("clef-serve", "coder-predictor"):
+        ledger = parse_ledger(service(kube, seeded, name).metadata.annotations)
+        assert ledger is not None and ledger.phase == "done", (name, ledger)
+
+
+@pytest.mark.timeout(600)
+def test_a_merge_waits_for_its_services_turn_then_checks_it_is_still_the_newest(
+    daily: DailyPath, prefect: PrefectServer, kube: Kube, seeded: str
+) -> None:
+    """While another handoff holds coder-predictor, two merges for it wait in line;
+    when the Service is free, the newer one gets its turn and the older ends superseded."""
+    with (
+        temporary_settings({PREFECT_API_URL: prefect.api_url}),
+        service_slot(seeded, "coder-predictor", resuming=False),
+    ):
+        older, _ = merge_spec_change(daily.repo, SPEC, into(seeded, 604), "coder: try")
+        turn = "for Service coder-predictor's turn"
+        wait_until(
+            lambda: (r := one_run(daily, prefect, older)) and logged(prefect, r, turn),
+            timeout_s=120,
+            what="the older merge's run to wait for the Service's turn",
+        )
+        newer, _ = merge_spec_change(daily.repo, SPEC, into(seeded, 605), "coder: again")
+        wait_until(
+            lambda: (r := one_run(daily, prefect, newer)) and logged(prefect, r, turn),
+            timeout_s=120,
+            what="the newer merge's run to wait for the Service's turn",
+        )
+        assert state_of(one_run(daily, prefect, older)) == "Running"  # type: ignore[arg-type]
+    paused = wait_until(
+        lambda: (r := one_run(daily, prefect, newer)) and state_of(r) == "Paused" and r,
+        timeout_s=180,
+        what="the newer merge's run to get its turn and pause for approval",
+    )
+    answer(prefect, paused, "reject")
+    superseded = wait_until(
+        lambda: (r := one_run(daily, prefect, older)) and state_of(r) in FINAL and r,
+        timeout_s=180,
+        what="the older merge's run to end",
+    )
+    assert state_of(superseded) == "Cancelled", superseded.state
+    message = superseded.state.message or ""
+    assert message.startswith("superseded") and newer[:12] in message
+    records = history_entries(service(kube, seeded, "coder-predictor").metadata.annotations)
+    assert [r["trigger"]["merge_commit"] for r in records] == [newer]
