@@ -1,19 +1,22 @@
 """One handoff per Service in Prefect, against a real Prefect server: while a run holds
 a Service's slot, another Service's slot is free, a run started by hand is refused
-quickly, and a merge's run waits in line and gets the slot once it is released."""
+quickly, and a merge's run waits in line and gets the slot once it is released. Only a
+taken slot makes a run wait or be refused: a Prefect server slow to answer does not."""
 
 from __future__ import annotations
 
 import threading
 import time
 import uuid
+from urllib.parse import urlparse
 
 import pytest
 from prefect.settings import PREFECT_API_URL, temporary_settings
 
 from flows.lease import HandoffInProgress
-from flows.slots import service_slot
+from flows.slots import REFUSE_AFTER_S, service_slot
 from tests.webhook.servers import PrefectServer
+from tests.webhook.slowproxy import slow_relay
 
 
 def test_runs_of_one_service_wait_in_line_while_other_services_go_on(
@@ -47,3 +50,27 @@ def test_runs_of_one_service_wait_in_line_while_other_services_go_on(
         release.set()
         holder.join(timeout=30)
     assert waited >= 2.0, "the merge's run got the slot while another run held it"
+
+
+def test_a_slow_answer_from_prefect_is_not_a_busy_service(prefect: PrefectServer) -> None:
+    """Prefect grants a free slot later than a run by hand would wait for a taken one
+    (a busy server): the run waits for the answer and holds the slot, and meanwhile
+    another run is refused; afterwards the slot is free."""
+    namespace = f"slots-{uuid.uuid4().hex[:6]}"
+    port = urlparse(prefect.api_url).port
+    assert port is not None
+    relayed = slow_relay(port, marker="increment-with-lease", delay_s=REFUSE_AFTER_S + 3.0)
+    with (
+        relayed as relay,
+        temporary_settings({PREFECT_API_URL: f"http://127.0.0.1:{relay}/api"}),
+        service_slot(namespace, "free", resuming=False),  # the slow run
+        temporary_settings({PREFECT_API_URL: prefect.api_url}),
+        pytest.raises(HandoffInProgress),
+        service_slot(namespace, "free", resuming=False),  # another: refused
+    ):
+        pass
+    with (
+        temporary_settings({PREFECT_API_URL: prefect.api_url}),
+        service_slot(namespace, "free", resuming=False),
+    ):
+        pass  # released
