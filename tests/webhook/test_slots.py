@@ -11,10 +11,11 @@ import uuid
 from urllib.parse import urlparse
 
 import pytest
+from prefect import get_client
 from prefect.settings import PREFECT_API_URL, temporary_settings
 
 from flows.lease import HandoffInProgress
-from flows.slots import REFUSE_AFTER_S, service_slot
+from flows.slots import REFUSE_AFTER_S, limit_name, service_slot
 from tests.webhook.servers import PrefectServer
 from tests.webhook.slowproxy import slow_relay
 
@@ -71,6 +72,7 @@ def test_a_slow_answer_from_prefect_is_not_a_busy_service(prefect: PrefectServer
         pass
     with (
         temporary_settings({PREFECT_API_URL: prefect.api_url}),
-        service_slot(namespace, "free", resuming=False),
+        get_client(sync_client=True) as client,
     ):
-        pass  # released
+        limit = client.read_global_concurrency_limit_by_name(limit_name(namespace, "free"))
+    assert limit.active_slots == 0, "the slow run's slot was not released"
