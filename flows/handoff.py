@@ -10,7 +10,7 @@ from prefect import flow
 from prefect.exceptions import Abort, TerminationSignal
 from prefect.states import Cancelled
 
-from flows.newest import ensure_newest
+from flows.newest import Superseded, ensure_newest, is_merge
 from flows.record import HandoffRecord, Trigger
 from flows.session import begin, finish
 from flows.tasks import (
@@ -32,32 +32,46 @@ def handoff(
     auto_approve: bool = False,
     kubeconfig: str | None = None,
     trigger: Trigger | None = None,
+    queue_timeout_s: float = 6 * 3600.0,
 ) -> HandoffRecord:
     """plan → image → approve plan → apply at 0 → warm → gates → approve → swap →
     scale up → retire. In place the old pods stop at the apply: everything a person
     decides is asked before it, and from there the gates decide (pass: swap at once;
     fail or no verdict: roll back at once) unless the spec asks for a look during
-    the outage, bounded by its own short timeout."""
+    the outage, bounded by its own short timeout.
+
+    A merge's run waits up to queue_timeout_s while another run hands off the same
+    Service (runs of other Services go on meanwhile), then checks again that its merge
+    is still the newest: the newest merge wins, per Service."""
     newest = ensure_newest(spec_file, trigger)
     if not newest.newest:
         return Cancelled(message=newest.reason)  # type: ignore[return-value]
-    with begin(spec_file, kubeconfig=kubeconfig) as run:
-        try:
-            pinned = wait_for_image(run)
-            approve_plan(run, auto=auto_approve)
-            apply_at_zero(run, pinned)
-            pods = warm_up(run)
-            evidence = run_gates(run, pods)
-            approve_gates(run, evidence, auto=auto_approve)
-            swap_selector(run)
-            scale_up_and_retire(run)
-        except Exception as exc:
-            roll_back(run, exc)
-            finish(run, trigger)
-            raise
-        except (TerminationSignal, KeyboardInterrupt, Abort) as exc:
-            # Cancelled (SIGTERM from the worker, Ctrl-C, or the API): the Service is
-            # restored all the same, as plain code since a cancelled run runs no tasks.
-            roll_back.fn(run, exc)
-            raise
-        return finish(run, trigger)
+    merge = is_merge(trigger)
+    try:
+        with begin(
+            spec_file,
+            kubeconfig=kubeconfig,
+            queue_s=queue_timeout_s if merge else 0.0,
+            on_turn=(lambda: ensure_newest(spec_file, trigger, or_raise=True)) if merge else None,
+        ) as run:
+            try:
+                pinned = wait_for_image(run)
+                approve_plan(run, auto=auto_approve)
+                apply_at_zero(run, pinned)
+                pods = warm_up(run)
+                evidence = run_gates(run, pods)
+                approve_gates(run, evidence, auto=auto_approve)
+                swap_selector(run)
+                scale_up_and_retire(run)
+            except Exception as exc:
+                roll_back(run, exc)
+                finish(run, trigger)
+                raise
+            except (TerminationSignal, KeyboardInterrupt, Abort) as exc:
+                # Cancelled (SIGTERM from the worker, Ctrl-C, or the API): the Service is
+                # restored all the same, as plain code since a cancelled run runs no tasks.
+                roll_back.fn(run, exc)
+                raise
+            return finish(run, trigger)
+    except Superseded as exc:  # a newer merge came while this one waited for its turn
+        return Cancelled(message=str(exc))  # type: ignore[return-value]

@@ -42,14 +42,26 @@ class NewestUnknown(TransientError):
     """The Prefect API could not be asked; the run must not guess."""
 
 
+class Superseded(Exception):
+    """A newer merge for the Service arrived while this run waited for its turn."""
+
+
 class NewestCheck(BaseModel):
     newest: bool
     reason: str
     newer: list[str] = []  # the merges that supersede this one, newest last
 
 
-def ensure_newest(spec_file: str, trigger: Trigger | None) -> NewestCheck:
-    """Decide whether this run's merge is the newest for its Service (call it first)."""
+def is_merge(trigger: Trigger | None) -> bool:
+    """Started by a merge (through the relay), not by hand."""
+    return trigger is not None and bool(trigger.delivery_id)
+
+
+def ensure_newest(
+    spec_file: str, trigger: Trigger | None, *, or_raise: bool = False
+) -> NewestCheck:
+    """Decide whether this run's merge is the newest for its Service (call it first, and
+    again when the Service's turn comes); or_raise: raise Superseded when it is not."""
     if trigger is None or not trigger.delivery_id:
         return NewestCheck(newest=True, reason="started by hand, not by a merge")
     spec = load_spec(Path(spec_file))
@@ -63,7 +75,10 @@ def ensure_newest(spec_file: str, trigger: Trigger | None) -> NewestCheck:
             f"cannot tell whether merge {trigger.merge_commit} is the newest for Service "
             f"{service_key(spec.namespace, spec.service)}: {exc}; rerun when Prefect answers"
         ) from exc
-    return compute_newest(merge_event_id(trigger.delivery_id, spec.name), merges)
+    check = compute_newest(merge_event_id(trigger.delivery_id, spec.name), merges)
+    if or_raise and not check.newest:
+        raise Superseded(check.reason)
+    return check
 
 
 def compute_newest(ours_id: uuid.UUID, merges: list[ReceivedMerge]) -> NewestCheck:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -18,7 +18,7 @@ from prefect.artifacts import (
 from prefect.runtime import flow_run
 
 from flows.image import PinnedImage
-from flows.kube.client import connect
+from flows.kube.client import Kube, connect
 from flows.lease import ServiceLease, read_holder
 from flows.notify import load_notifier
 from flows.plan import make_plan
@@ -26,7 +26,7 @@ from flows.progress import HandoffRun, now_iso
 from flows.record import HandoffRecord, Trigger, record
 from flows.render_report import plan_markdown, record_markdown
 from flows.slots import service_slot
-from flows.spec import load_spec
+from flows.spec import HandoffSpec, load_spec
 from flows.start import start_or_resume, unfinished
 
 
@@ -35,33 +35,50 @@ def _run_id() -> str:
 
 
 @contextmanager
-def begin(spec_file: str, *, kubeconfig: str | None) -> Iterator[HandoffRun]:
-    """Plan, take the Service's Lease, start or resume the ledger."""
+def begin(
+    spec_file: str,
+    *,
+    kubeconfig: str | None,
+    queue_s: float = 0.0,
+    on_turn: Callable[[], object] | None = None,
+) -> Iterator[HandoffRun]:
+    """Take the Service's turn (waiting up to queue_s behind another handoff of it),
+    call on_turn, then plan, take the Service's Lease, start or resume the ledger.
+    The plan is made once the turn is this run's: the run before may change the Service."""
     spec = load_spec(Path(spec_file))
     notifier = load_notifier(spec)  # a wrong block name fails here, before any write
     kube = connect(kubeconfig)
     log = get_run_logger()
-    plan = make_plan(kube, spec)
-    log.info("plan for %s:\n%s", spec.name, plan_markdown(plan))
-    pending = unfinished(kube, spec)
     holder = _run_id()
-    resuming = pending is not None and pending.spec == spec.name
-    wait_for = read_holder(kube, spec.namespace, spec.service) if resuming else None
-    with (
-        service_slot(spec.namespace, spec.service, resuming=resuming),
-        ServiceLease(kube, spec.namespace, spec.service, holder, wait_for=wait_for) as lease,
+    if queue_s:
+        log.info("waiting up to %.0f s for Service %s's turn", queue_s, spec.service)
+    with service_slot(
+        spec.namespace, spec.service, resuming=_resuming(kube, spec), queue_s=queue_s
     ):
-        # Every write of the run passes the Lease's fence: a lost Lease stops it.
-        fenced = dataclasses.replace(kube, fence=lease.check)
-        run = start_or_resume(fenced, spec, plan, run_id=holder)
-        run.notifier = notifier
-        progress = create_progress_artifact(progress=0.0, description=f"handoff {spec.name}")
-        run.evidence["progress_hook"] = lambda pct: update_progress_artifact(progress, pct)
-        try:
-            yield run
-        finally:  # done, rolled back, failed or cancelled: the run is over either way
-            _complete(progress, f"handoff {spec.name}: {run.ledger.phase}")
+        if on_turn is not None:
+            on_turn()
+        plan = make_plan(kube, spec)
+        log.info("plan for %s:\n%s", spec.name, plan_markdown(plan))
+        resuming = _resuming(kube, spec)
+        wait_for = read_holder(kube, spec.namespace, spec.service) if resuming else None
+        with ServiceLease(kube, spec.namespace, spec.service, holder, wait_for=wait_for) as lease:
+            # Every write of the run passes the Lease's fence: a lost Lease stops it.
+            fenced = dataclasses.replace(kube, fence=lease.check)
+            run = start_or_resume(fenced, spec, plan, run_id=holder)
+            run.notifier = notifier
+            progress = create_progress_artifact(progress=0.0, description=f"handoff {spec.name}")
+            run.evidence["progress_hook"] = lambda pct: update_progress_artifact(progress, pct)
+            try:
+                yield run
+            finally:  # done, rolled back, failed or cancelled: the run is over either way
+                _complete(progress, f"handoff {spec.name}: {run.ledger.phase}")
     kube.close()
+
+
+def _resuming(kube: Kube, spec: HandoffSpec) -> bool:
+    """The Service has an unfinished handoff of this very spec."""
+    pending = unfinished(kube, spec)
+    return pending is not None and pending.spec == spec.name
 
 
 def _complete(progress: uuid.UUID, description: str) -> None:
