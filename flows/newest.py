@@ -1,9 +1,10 @@
 """Is this still the newest merge for the Service? Asked before a handoff writes anything.
 
-Merges can start runs out of order: the deployment's queue does not keep arrival
-order, a forge redelivers late, two merges land a second apart. Only the newest
-merge for a Service should be handed off; an older one stops before its first
-write and says which merge supersedes it.
+Merges can start runs out of order: runs waiting for their Service's turn take it in
+no particular order, a forge redelivers late, two merges land a second apart. Only the
+newest merge for a Service should be handed off; an older one stops before its first
+write and says which merge supersedes it (checked when the run starts, and again when
+its Service's turn comes).
 
 Where the ordering truth lives: the relay's `handoff.merge` events in Prefect, one
 per (merge, handoff), carrying the merge time from the forge. Merges are ordered by
