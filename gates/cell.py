@@ -20,6 +20,7 @@ from gates.metrics import (
 from gates.settings import Slo
 
 MAX_ERROR_KINDS = 5
+CDF_POINTS = 201  # quantiles kept per metric: the distribution's shape at a bounded size
 
 
 @dataclass(frozen=True)
@@ -94,12 +95,27 @@ class CellFigures(BaseModel):
     throughput_tok_s: float | None
     goodput_req_s: float | None
     little: LittleCheck | None
+    cdf_ms: dict[str, list[float]] = Field(
+        default_factory=dict,
+        description="ttft, tpot, itl: the sorted samples, or CDF_POINTS evenly spaced quantiles",
+    )
+
+
+def distribution(values: np.ndarray) -> list[float]:
+    """The samples' distribution at a size that suits a report: all of them sorted when few,
+    else evenly spaced quantiles (the empirical CDF at CDF_POINTS probabilities)."""
+    if values.size <= CDF_POINTS:
+        ordered = np.sort(values)
+    else:
+        ordered = np.quantile(values, np.linspace(0.0, 1.0, CDF_POINTS))
+    return [round(float(v), 3) for v in ordered]
 
 
 def summarise_cell(samples: CellSamples, *, label: str, concurrency: int, slo: Slo) -> CellFigures:
     metrics = samples.metrics
     tpot = summarise(samples.values_ms("tpot"))
     ttft = summarise(samples.values_ms("ttft"))
+    itl = np.concatenate(samples.itl_ms() or [np.empty(0)])
     # no successful request: no throughput figure (0 tok/s would read as a measurement)
     throughput = (
         samples.output_tokens() / samples.duration_s if metrics and samples.duration_s > 0 else None
@@ -113,7 +129,7 @@ def summarise_cell(samples: CellSamples, *, label: str, concurrency: int, slo: S
         errors=dict(samples.errors.most_common(MAX_ERROR_KINDS)),
         ttft_ms=ttft,
         tpot_ms=tpot,
-        itl_ms=summarise(np.concatenate(samples.itl_ms() or [np.empty(0)])),
+        itl_ms=summarise(itl),
         e2el_ms=summarise(samples.values_ms("e2el")),
         queue_ms=summarise([m.queue_ns / NS_PER_MS for m in metrics]),
         tokens_per_event=summarise([m.tokens_per_event for m in metrics]),
@@ -124,6 +140,11 @@ def summarise_cell(samples: CellSamples, *, label: str, concurrency: int, slo: S
         throughput_tok_s=throughput,
         goodput_req_s=_goodput(samples, slo),
         little=_little(samples, concurrency, throughput, ttft, tpot),
+        cdf_ms={
+            "ttft": distribution(samples.values_ms("ttft")),
+            "tpot": distribution(samples.values_ms("tpot")),
+            "itl": distribution(itl),
+        },
     )
 
 

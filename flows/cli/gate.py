@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Annotated, NoReturn
 import typer
 
 if TYPE_CHECKING:
+    from gates.latency import LatencyResult
     from gates.result import GateResult
     from gates.settings import LatencySettings
 
@@ -115,6 +116,10 @@ def latency(
     settings: Annotated[
         Path | None, typer.Option(help="YAML/JSON LatencySettings; overrides the options")
     ] = None,
+    out: Annotated[
+        Path | None,
+        typer.Option(help="write latency.json and a CDF picture per level (latency-cN.png) here"),
+    ] = None,
     as_json: JsonOption = False,
 ) -> None:
     """Closed-loop load at each level; regressions against --baseline and SLOs fail."""
@@ -122,11 +127,37 @@ def latency(
     from gates.latency import run_latency
 
     chosen = _latency_settings(settings, levels=levels, max_tokens=max_tokens, rounds=rounds)
+    if out is not None:  # refused before any load, not after it
+        _writable(out)
     try:
         result = run_latency(url, baseline, chosen)
     except GateError as exc:
         _fail_with_error(str(exc))
+    if out is not None:
+        _write_latency_report(result, out)
     _emit(result, as_json=as_json)
+
+
+def _cannot_write(out: Path, exc: OSError) -> NoReturn:
+    _fail_with_error(f"cannot write the report into {out}: {exc}; choose a writable --out")
+
+
+def _writable(out: Path) -> None:
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        _cannot_write(out, exc)
+
+
+def _write_latency_report(result: LatencyResult, out: Path) -> None:
+    from gates.latency_plot import write_pictures
+
+    try:
+        (out / "latency.json").write_text(result.model_dump_json(indent=2))
+        written = write_pictures(result.figures, out)
+    except OSError as exc:
+        _cannot_write(out, exc)
+    typer.echo(f"wrote {out / 'latency.json'} and {len(written)} picture(s)", err=True)
 
 
 def _latency_settings(

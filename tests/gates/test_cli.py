@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from PIL import Image
 from typer.testing import CliRunner
 
 from flows.cli import app
@@ -93,3 +94,45 @@ def test_latency_settings_file_and_json(model_server: StartServer, tmp_path: Pat
     assert report["figures"]["levels"][0]["slo_checks"][0]["met"] is True
     bad = runner.invoke(app, ["gate", "latency", "--url", server.url, "--levels", "one"])
     assert bad.exit_code == 2
+
+
+def _pixels_near(image: Image.Image, colour: tuple[int, int, int]) -> int:
+    return sum(
+        1
+        for pixel in image.get_flattened_data()
+        if all(abs(a - b) <= 40 for a, b in zip(pixel, colour, strict=True))
+    )
+
+
+def test_latency_out_writes_the_report_and_a_cdf_picture_per_level(
+    model_server: StartServer, tmp_path: Path
+) -> None:
+    live = model_server("gptq-30b-a3b-tp1", *HALF_TIME)
+    candidate = model_server("gptq-30b-a3b-tp1", *HALF_TIME)
+    settings = tmp_path / "latency.yaml"
+    settings.write_text(
+        "levels: [1, 2]\nmax_tokens: 4\nrounds: 1\nmin_requests_per_round: 6\n"
+        "slo: {ttft_ms: 5000, tpot_ms: 60}\n"
+    )
+    out = tmp_path / "report"
+    gate = ["gate", "latency", "--url", candidate.url, "--settings", str(settings)]
+    result = runner.invoke(app, [*gate, "--baseline", live.url, "--out", str(out)])
+    assert result.exit_code in (0, 1, 2), result.output
+    report = json.loads((out / "latency.json").read_text())
+    for level in report["figures"]["levels"]:
+        for side in ("candidate", "baseline"):
+            cdf = level[side]["cdf_ms"]
+            assert len(cdf["ttft"]) == level[side]["n_ok"] and cdf["ttft"] == sorted(cdf["ttft"])
+            assert cdf["itl"] and cdf["tpot"]
+    assert sorted(p.name for p in out.glob("*.png")) == ["latency-c1.png", "latency-c2.png"]
+    with Image.open(out / "latency-c2.png") as picture:
+        assert picture.format == "PNG" and picture.size[0] > 600
+        rgb = picture.convert("RGB")
+    assert _pixels_near(rgb, (143, 187, 217)) > 50  # baseline's curves (tab:blue, alpha 0.5)
+    assert _pixels_near(rgb, (255, 127, 14)) > 50  # candidate's curves
+    assert _pixels_near(rgb, (214, 39, 40)) > 20  # the margins (dashed red)
+
+    unwritable = tmp_path / "file"
+    unwritable.write_text("")
+    refused = runner.invoke(app, [*gate, "--out", str(unwritable / "sub")])
+    assert refused.exit_code == 2 and "choose a writable --out" in refused.output

@@ -1,0 +1,104 @@
+"""Pictures of the latency gate: TTFT, TPOT and ITL as CDFs, baseline against candidate, one
+PNG per concurrency level, with the margins and SLOs the verdict used drawn on them."""
+
+from __future__ import annotations
+
+import base64
+import io
+from pathlib import Path
+
+from gates.cell import CellFigures
+from gates.latency_report import LatencyFigures, LevelFigures
+
+# (metric in cdf_ms, title, the comparison that gates it, the quantile it compares)
+_PANELS = [
+    ("ttft", "TTFT (ms)", "ttft", 0.5),
+    ("tpot", "TPOT (ms)", "tpot", 0.5),
+    ("itl", "ITL (ms)", "itl_p99", 0.99),
+]
+# Baseline wide and pale under a thin candidate: identical servers still show both curves.
+_STYLES = {
+    "baseline": {"color": "tab:blue", "linewidth": 4.0, "alpha": 0.5},
+    "candidate": {"color": "tab:orange", "linewidth": 1.5},
+}
+_SLO_REACH = 3.0  # an SLO further than this times the largest sample squashes the curves
+
+
+def level_png(level: LevelFigures) -> bytes:
+    """One row of three CDF panels for one concurrency level, as PNG bytes (Agg: headless)."""
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(11, 3.4), dpi=80, layout="constrained")
+    verdict = {True: "pass", False: "FAIL", None: "no verdict"}[level.passed]
+    figure.suptitle(f"latency at {level.concurrency} streams: {verdict}")
+    cells = [c for c in (level.baseline, level.candidate) if c is not None]
+    for axes, (metric, title, compared, q) in zip(figure.subplots(1, 3), _PANELS, strict=True):
+        for cell in cells:
+            _cdf(axes, cell, metric)
+        _margin(axes, level, compared, metric, q)
+        _slo(axes, level, metric, _largest(cells, metric))
+        axes.set_xlabel(title)
+        axes.set_ylim(0, 1.02)
+        axes.grid(alpha=0.3)
+        axes.legend(fontsize="small", loc="lower right")
+    figure.axes[0].set_ylabel("share of samples ≤ x")
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png")
+    return buffer.getvalue()
+
+
+def _cdf(axes, cell: CellFigures, metric: str) -> None:  # type: ignore[no-untyped-def]
+    values = cell.cdf_ms.get(metric) or []
+    if not values:
+        return
+    shares = [(i + 1) / len(values) for i in range(len(values))]
+    axes.step(values, shares, where="post", label=cell.label, **_STYLES.get(cell.label, {}))
+
+
+def _margin(axes, level: LevelFigures, compared: str, metric: str, q: float) -> None:  # type: ignore[no-untyped-def]
+    """The candidate regresses when its quantile q lies past baseline's times the margin."""
+    comparison = next((c for c in level.comparisons if c.metric == compared), None)
+    values = level.baseline.cdf_ms.get(metric) if level.baseline else None
+    if comparison is None or not values:
+        return
+    at = values[min(len(values) - 1, int(q * (len(values) - 1)))] * comparison.margin
+    label = f"margin: baseline p{round(q * 100)} × {comparison.margin}"
+    axes.axvline(at, color="tab:red", linestyle="--", linewidth=1, label=label)
+    axes.axhline(q, color="grey", linestyle=":", linewidth=0.8)
+
+
+def _largest(cells: list[CellFigures], metric: str) -> float:
+    return max((v for cell in cells for v in cell.cdf_ms.get(metric) or []), default=0.0)
+
+
+def _slo(axes, level: LevelFigures, metric: str, largest: float) -> None:  # type: ignore[no-untyped-def]
+    for check in level.slo_checks:
+        if check.metric != metric:
+            continue
+        label = f"SLO: p95 ≤ {check.limit_ms:g} ms"
+        if largest and check.limit_ms > _SLO_REACH * largest:  # named, not drawn
+            axes.plot([], [], color="black", label=f"{label} (far right)")
+        else:
+            axes.axvline(check.limit_ms, color="black", linewidth=1.2, label=label)
+        axes.axhline(0.95, color="grey", linestyle=":", linewidth=0.8)
+
+
+def write_pictures(figures: LatencyFigures, directory: Path) -> list[Path]:
+    """latency-cN.png for each level in DIRECTORY; returns the paths written."""
+    directory.mkdir(parents=True, exist_ok=True)
+    written = []
+    for level in figures.levels:
+        path = directory / f"latency-c{level.concurrency}.png"
+        path.write_bytes(level_png(level))
+        written.append(path)
+    return written
+
+
+def pictures_markdown(figures: LatencyFigures) -> str:
+    """The pictures embedded in markdown as data: URLs (Prefect's UI renders these inline in
+    a markdown artifact; it can reach no file of ours)."""
+    return "\n\n".join(
+        f"![latency CDFs at {level.concurrency} streams](data:image/png;base64,"
+        f"{base64.b64encode(level_png(level)).decode()})"
+        for level in figures.levels
+    )
