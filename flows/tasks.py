@@ -22,6 +22,7 @@ from flows.image import ImageRequirement, PinnedImage
 from flows.lease import LeaseLost
 from flows.ledger import Phase
 from flows.links import run_link
+from flows.pictures import publish_pictures
 from flows.progress import HandoffRun
 from flows.render_report import gate_policy_markdown, plan_markdown
 from flows.start import ensure_not_rolling_back
@@ -146,7 +147,12 @@ def warm_up(run: HandoffRun) -> tuple[str, ...]:
 
 @step("gates")
 def run_gates(run: HandoffRun, pods: tuple[str, ...]) -> gating.Evidence:
-    return gating.run_gates(run, pods)
+    try:
+        return gating.run_gates(run, pods)
+    finally:  # failed gates too: their pictures show why
+        evidence: gating.Evidence | None = run.evidence.get("gates")
+        if evidence is not None:
+            publish_pictures(run.spec.service, evidence.gates)
 
 
 @step("approve")

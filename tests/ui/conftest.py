@@ -12,3 +12,7 @@ def prefect(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> PrefectServer:
     return shared_prefect(request, tmp_path_factory.mktemp("prefect"))
+
+
+# The model servers the latency pictures measure.
+from tests.gates.conftest import model_server  # noqa: E402, F401
