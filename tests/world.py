@@ -248,6 +248,14 @@ def handoff_report(sandbox: SandboxState, flow_run_id: str) -> str:
     return str(reports[-1])
 
 
+def handoff_pictures(sandbox: SandboxState, flow_run_id: str) -> str:
+    """The latency gate's pictures artifact (markdown with embedded PNGs) of the run."""
+    found = _artifacts(sandbox, flow_run_id, "markdown")
+    pictures = [a["data"] for a in found if (a.get("key") or "").startswith("latency-")]
+    assert pictures, f"no latency pictures for flow run {flow_run_id}: {[a['key'] for a in found]}"
+    return str(pictures[-1])
+
+
 def handoff_progress(sandbox: SandboxState, flow_run_id: str) -> float:
     """The handoff's progress artifact (percent), as the Prefect server holds it."""
     found = _artifacts(sandbox, flow_run_id, "progress")

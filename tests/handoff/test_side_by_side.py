@@ -17,7 +17,15 @@ from flows.stepview import STEPS
 from sandbox.proxy import address_of
 from sandbox.state import SandboxState
 from sandbox.traffic import ClientLoad
-from tests.world import ROOT, handoff_progress, handoff_report, run_handoff, service, spec_in
+from tests.world import (
+    ROOT,
+    handoff_pictures,
+    handoff_progress,
+    handoff_report,
+    run_handoff,
+    service,
+    spec_in,
+)
 
 
 def _clients(sandbox: SandboxState, namespace: str) -> ClientLoad:
@@ -50,6 +58,8 @@ def test_clef_candle_side_by_side_without_a_failed_request(
     assert kube.apps.read_namespaced_deployment("clef-serve", seeded).spec.replicas == 0
     record = history_entries(svc.metadata.annotations)[-1]
     assert record["gates"] == {"smoke": "pass", "parity": "pass", "task": "pass", "latency": "pass"}
+    pictures = handoff_pictures(sandbox, record["flow_run_id"])
+    assert pictures.startswith("## latency gate: pass") and "](data:image/png;base64," in pictures
     assert any("ancestor" in fix for fix in record["fixes"])
 
 
