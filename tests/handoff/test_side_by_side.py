@@ -85,6 +85,8 @@ def test_wrong_answers_roll_back(
     )
     flow_run_id = history_entries(svc.metadata.annotations)[-1]["flow_run_id"]
     assert handoff_progress(sandbox, flow_run_id) == 100.0  # a rollback ends the run
+    pictures = handoff_pictures(sandbox, flow_run_id)  # failed gates show theirs too
+    assert pictures.startswith("## latency gate: ") and "](data:image/png;base64," in pictures
     report = handoff_report(sandbox, flow_run_id)  # its verdict and reason first
     lines = report.splitlines()
     assert lines[0].endswith(": rolled-back") and lines[1].startswith("**Cause:** gates did not")
