@@ -45,7 +45,6 @@ from tests.webhook.servers import PrefectServer, relay_process
 from tests.webhook.specrepo import SpecRepo, install_hook
 from tests.world import service
 
-pytestmark = pytest.mark.slow
 SPEC = "coder-14b-fp16"
 FINAL = {"Completed", "Failed", "Cancelled", "Crashed"}
 
@@ -177,6 +176,7 @@ def test_a_merge_is_handed_off_after_approval_in_the_ui(
     assert audit["prefect"]["report"] == f"handoff {SPEC}: done"
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)  # seeding and an in-place handoff: minutes on a loaded machine
 def test_two_quick_merges_hand_off_only_the_newest(
     daily: DailyPath,
@@ -287,6 +287,7 @@ def test_two_services_hand_off_at_once(
         assert ledger is not None and ledger.phase == "done", (name, ledger)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_a_merge_waits_for_its_services_turn_then_checks_it_is_still_the_newest(
     daily: DailyPath, prefect: PrefectServer, kube: Kube, seeded: str
