@@ -153,8 +153,16 @@ def declare(
     starts; live_starts: the same, observed on the live pods now running."""
     candidate_pod = manifest["spec"]["template"]["spec"]
     container = container_of(candidate_pod, spec.candidate.container)
-    parts = [
-        _grace(live_pod_specs, "old"),
+    parts = [_grace(live_pod_specs, "old")]
+    if spec.candidate.capacity_wait_s > 0:
+        parts.append(
+            Part(
+                name="waiting for capacity",
+                seconds=spec.candidate.capacity_wait_s,
+                basis="candidate.capacity_wait_s, for Unschedulable pods",
+            )
+        )
+    parts += [
         start_part(container, candidate_starts, "candidate", "of this image in the history"),
         *gate_parts(spec),
     ]

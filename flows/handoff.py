@@ -71,6 +71,7 @@ def handoff(
                 # Cancelled (SIGTERM from the worker, Ctrl-C, or the API): the Service is
                 # restored all the same, as plain code since a cancelled run runs no tasks.
                 roll_back.fn(run, exc)
+                finish(run, trigger)
                 raise
             return finish(run, trigger)
     except Superseded as exc:  # a newer merge came while this one waited for its turn

@@ -158,7 +158,7 @@ def _wait_for_capacity(run: HandoffRun, replicas: int) -> None:
             spec.namespace,
             candidate_selector(run),
             decide=lambda pods: decide_scheduled(pods, replicas),
-            deadline_s=wait_s,
+            deadline_s=run.limit(wait_s),
             what=f"{replicas} pod(s) of {run.candidate_name} to be scheduled",
         )
     except WaitTimedOut:

@@ -118,3 +118,12 @@ def test_the_outage_clock_cuts_waits_and_rolls_back_once_spent() -> None:
         clock.started -= 5
         raise GateFailed("parity fail")
     assert clock.end() >= 13 and not clock.running and clock.limit(60) == 60
+
+
+def test_a_wait_for_capacity_is_declared_with_its_setting() -> None:
+    spec = _coder()
+    spec = spec.model_copy(
+        update={"candidate": spec.candidate.model_copy(update={"capacity_wait_s": 90})}
+    )
+    parts = _parts(spec, candidate_starts=[], live_starts=[])
+    assert parts["waiting for capacity"] == 90

@@ -2,9 +2,10 @@
 
 Cancelled (SIGTERM, as a Prefect worker sends on a cancellation) in place, where the old
 pods were already stopped, it rolls back before it exits: the previous spec comes back,
-the Service serves again, and the ledger ends rolled back instead of pointing at a
-half-done step. Killed outright in the middle of its rollback, the next run of the same
-spec finishes that rollback instead of walking the handoff forward again."""
+the Service serves again, the ledger ends rolled back instead of pointing at a
+half-done step, and the history records it. Killed outright in the middle of its
+rollback, the next run of the same spec finishes that rollback instead of walking the
+handoff forward again."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from flows.kube.client import Kube
-from flows.ledger import parse_ledger
+from flows.ledger import history_entries, parse_ledger
 from tests.handoff.pauses import RELAXED
 from tests.world import (
     LEASE_S,
@@ -49,8 +50,12 @@ def test_sigterm_mid_handoff_rolls_back_and_the_service_serves_again(
         os.kill(run.pid, signal.SIGTERM)
         output, _ = run.communicate(timeout=300)
     assert run.returncode != 0, output[-3000:]
-    ledger = parse_ledger(service(kube, seeded, "coder-predictor").metadata.annotations)
+    annotations = service(kube, seeded, "coder-predictor").metadata.annotations
+    ledger = parse_ledger(annotations)
     assert ledger is not None and ledger.phase == "rolled-back", output[-3000:]
+    # A cancelled handoff is in the audit trail like any other.
+    entry = history_entries(annotations)[-1]
+    assert entry["handoff_id"] == ledger.handoff_id and entry["outcome"] == "rolled-back"
     # The cause is the TerminationSignal, or what Prefect's task engine raised when the
     # signal cut into a task's own set-up: either way the run rolled back.
     assert ledger.cause, ledger

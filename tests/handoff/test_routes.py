@@ -14,7 +14,7 @@ from tests.endpoint_slices import create_slice, delete_slice
 from tests.world import handoff_process, service, spec_in
 
 MESH_SLICE = "clef-serve-mesh"
-SETTLE_S = 5.0  # well past the moment the reference used to be retired
+SETTLE_S = 5.0  # well past when a flow reading only Endpoints would retire the reference
 
 
 def _reference_slice(kube: Kube, namespace: str) -> str:
