@@ -21,8 +21,8 @@ class Message(BaseModel):
     content: str
 
 
-class PromptCase(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+class Turn(BaseModel):
+    """One request a case sends: a raw completion or a chat turn, never both."""
 
     id: str
     prompt: str | None = None
@@ -31,7 +31,7 @@ class PromptCase(BaseModel):
     stop: list[str] | None = None
 
     @model_validator(mode="after")
-    def _one_input(self) -> PromptCase:
+    def _one_input(self) -> Turn:
         if (self.prompt is None) == (self.messages is None):
             raise ValueError("give either 'prompt' (a completion) or 'messages' (a chat turn)")
         if self.messages == []:
@@ -41,6 +41,10 @@ class PromptCase(BaseModel):
     @property
     def api(self) -> Literal["completions", "chat"]:
         return "chat" if self.messages is not None else "completions"
+
+
+class PromptCase(Turn):
+    model_config = ConfigDict(extra="ignore")
 
 
 def load_prompts(path: Path) -> list[PromptCase]:

@@ -24,7 +24,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from gates.errors import GateError
-from gates.prompts import Message
+from gates.prompts import Turn
 
 
 class SuiteError(GateError):
@@ -123,27 +123,11 @@ class TaskSampling(BaseModel):
         return self
 
 
-class TaskCase(BaseModel):
+class TaskCase(Turn):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    id: str
-    prompt: str | None = None
-    messages: list[Message] | None = None
     max_tokens: int | None = Field(None, ge=1)
-    stop: list[str] | None = None
     check: Checker
-
-    @model_validator(mode="after")
-    def _one_input(self) -> TaskCase:
-        if (self.prompt is None) == (self.messages is None):
-            raise ValueError("give either 'prompt' (a completion) or 'messages' (a chat turn)")
-        if self.messages == []:
-            raise ValueError("'messages' is empty")
-        return self
-
-    @property
-    def api(self) -> Literal["completions", "chat"]:
-        return "chat" if self.messages is not None else "completions"
 
     def shown(self) -> str:
         """The case's input as a report shows it."""
