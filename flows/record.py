@@ -79,22 +79,33 @@ def record(kube: Kube, spec: HandoffSpec, entry: HandoffRecord, ledger: Ledger |
     write.update_service_annotations(kube, spec.namespace, spec.service, changes)
     if entry.outcome == "rolled-back":
         return  # the rollback announced itself, with its cause
-    service = read.read_service(kube, spec.namespace, spec.service)
     message = (
         f"handoff {entry.handoff_id} ({entry.spec}): {entry.outcome}"
         + (f", image {entry.image}" if entry.image else "")
         + (f", approved by {entry.approver}" if entry.approver else "")
         + (f"; cause: {entry.cause}" if entry.cause else "")
     )
+    announce(
+        kube,
+        spec,
+        reason="HandoffCompleted" if entry.outcome == "done" else "HandoffStopped",
+        message=message,
+        warning=entry.outcome != "done",
+    )
+
+
+def announce(kube: Kube, spec: HandoffSpec, *, reason: str, message: str, warning: bool) -> None:
+    """An Event on the handed-off Service, where `kubectl describe service` shows it."""
+    service = read.read_service(kube, spec.namespace, spec.service)
     write.record_event(
         kube,
         namespace=spec.namespace,
         kind="Service",
         name=spec.service,
         uid=service.uid,
-        reason="HandoffCompleted" if entry.outcome == "done" else "HandoffStopped",
+        reason=reason,
         message=message,
-        warning=entry.outcome != "done",
+        warning=warning,
     )
 
 

@@ -23,6 +23,7 @@ from flows.kube.wait import wait_pods, wait_rolled_out
 from flows.lease import LeaseLost
 from flows.ledger import TERMINAL, Ledger, Phase, WorkloadSnapshot
 from flows.progress import read_ledger, save_ledger
+from flows.record import announce
 from flows.render import candidate_name, is_twin
 from flows.spec import HandoffSpec
 
@@ -59,16 +60,12 @@ def rollback(kube: Kube, spec: HandoffSpec, *, cause: str) -> Ledger | None:
             _wait_candidate_gone(kube, spec, ledger)
             _set_selector(kube, spec, ledger.snapshot.selector)
     with _noted(problems):
-        service = read.read_service(kube, spec.namespace, spec.service)
-        write.record_event(
+        announce(
             kube,
-            namespace=spec.namespace,
-            kind="Service",
-            name=spec.service,
-            uid=service.uid,
+            spec,
             reason="HandoffRolledBack",
-            warning=True,
             message=f"handoff {ledger.handoff_id} rolled back: {cause}"[:1000],
+            warning=True,
         )
     note = f"{cause}; rollback problems: {'; '.join(problems)}" if problems else cause
     return save_ledger(kube, spec, ledger.to(Phase.ROLLED_BACK, cause=note[:2000]))
