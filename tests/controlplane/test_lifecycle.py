@@ -18,6 +18,7 @@ from sandbox.controlplane import ControlPlaneError
 pytestmark = pytest.mark.timeout(180)
 
 
+@pytest.mark.slow  # a whole control plane killed and brought up again: about a minute
 def test_stale_run_directory_is_restarted(tmp_path: Path) -> None:
     run_dir = tmp_path / "sb"
     old, _ = manager.up(run_dir)

@@ -118,6 +118,7 @@ def test_a_look_during_the_outage_is_bounded_timed_and_every_approval_kept(
     assert record["downtime_measured_s"] <= record["downtime_estimate_s"]
 
 
+@pytest.mark.slow  # the expiry of the look; the look itself runs by default
 def test_a_look_during_the_outage_that_nobody_gives_rolls_back_in_time(
     kube: Kube, seeded: str, handoff_env: dict[str, str], tmp_path: Path
 ) -> None:

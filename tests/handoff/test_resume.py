@@ -32,7 +32,15 @@ def _kill_at(kube: Kube, namespace: str, process, phase: str, timeout_s: float =
     raise AssertionError(f"the handoff never reached {phase}")
 
 
-@pytest.mark.parametrize("phase", ["applied", "swapped", "scaled"])
+# Killed mid-swap runs by default; the other two phases (two minutes each) are slow.
+@pytest.mark.parametrize(
+    "phase",
+    [
+        pytest.param("applied", marks=pytest.mark.slow),
+        "swapped",
+        pytest.param("scaled", marks=pytest.mark.slow),
+    ],
+)
 def test_killed_handoff_converges_on_rerun(
     sandbox: SandboxState,
     kube: Kube,

@@ -47,7 +47,7 @@ SHAPES = {
     "in-place-rolled-back": (CODER, IMPOSSIBLE, False, "in-place", "rolled-back"),
 }
 # The twin, its rollback and in place run in CI; the others behind the slow marker.
-SLOW = {"side-by-side", "side-by-side-rolled-back", "in-place-rolled-back"}
+SLOW = {"side-by-side", "side-by-side-rolled-back", "in-place", "in-place-rolled-back"}
 
 
 @pytest.mark.parametrize(

@@ -143,6 +143,8 @@ def history(namespace: str, env: dict[str, str], prefect: PrefectServer) -> list
     return json.loads(result.stdout)  # type: ignore[no-any-return]
 
 
+# By default the merge path runs in the two-Services test, the UI approval in tests/ui.
+@pytest.mark.slow
 def test_a_merge_is_handed_off_after_approval_in_the_ui(
     daily: DailyPath,
     prefect: PrefectServer,
