@@ -15,11 +15,11 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from flows.errors import PermanentError
 from gates.settings import LatencySettings, ParityTolerances
+from gates.yaml_file import read_mapping
 
 
 class SpecError(PermanentError):
@@ -201,14 +201,7 @@ def _env_overrides() -> list[dict[str, str]]:
 def load_spec(path: Path) -> HandoffSpec:
     """Read, expand and validate a spec file; relative paths become absolute."""
     path = path.resolve()
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise SpecError(f"cannot read handoff spec {path}: {exc.strerror}") from exc
-    except yaml.YAMLError as exc:
-        raise SpecError(f"{path} is not valid YAML: {exc}") from exc
-    if not isinstance(raw, dict):
-        raise SpecError(f"{path}: expected a mapping at the top level, got {type(raw).__name__}")
+    raw = read_mapping(path, "handoff spec", SpecError)
     data = _expand(raw, str(path))
     # Environment overrides win over the spec's own list.
     data["images"] = _env_overrides() + list(data.get("images") or [])

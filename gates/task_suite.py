@@ -20,11 +20,11 @@ import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from gates.errors import GateError
 from gates.prompts import Turn
+from gates.yaml_file import read_mapping
 
 
 class SuiteError(GateError):
@@ -168,14 +168,7 @@ class TaskSuite(BaseModel):
 
 def load_suite(path: Path) -> TaskSuite:
     """Read and validate a suite file; a bad one raises SuiteError naming file and field."""
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise SuiteError(f"cannot read the task suite {path}: {exc.strerror}") from exc
-    except yaml.YAMLError as exc:
-        raise SuiteError(f"the task suite {path} is not valid YAML: {exc}") from exc
-    if not isinstance(raw, dict):
-        raise SuiteError(f"{path}: expected a mapping with 'name' and 'cases'")
+    raw = read_mapping(path, "the task suite", SuiteError)
     try:
         return TaskSuite.model_validate(raw)
     except ValidationError as exc:
