@@ -28,6 +28,14 @@ from tests.world import (
 )
 
 
+def _service_events(kube: Kube, namespace: str, reason: str) -> list[str]:
+    """Messages of the clef-serve Service's Events with `reason`, as kubectl describe shows."""
+    events = kube.core.list_namespaced_event(
+        namespace, field_selector="involvedObject.kind=Service,involvedObject.name=clef-serve"
+    )
+    return [e.message for e in events.items if e.reason == reason]
+
+
 def _clients(sandbox: SandboxState, namespace: str) -> ClientLoad:
     url = "http://" + address_of(sandbox.run_dir, namespace, "clef-serve", 80)
     return ClientLoad(url, streams=16)
@@ -61,6 +69,8 @@ def test_clef_candle_side_by_side_without_a_failed_request(
     pictures = handoff_pictures(sandbox, record["flow_run_id"])
     assert pictures.startswith("## latency gate: pass") and "](data:image/png;base64," in pictures
     assert any("ancestor" in fix for fix in record["fixes"])
+    completed = _service_events(kube, seeded, "HandoffCompleted")
+    assert any(m.startswith(f"handoff {ledger.handoff_id} (clef-candle): done") for m in completed)
 
 
 def test_wrong_answers_roll_back(
@@ -78,6 +88,8 @@ def test_wrong_answers_roll_back(
     ledger = parse_ledger(svc.metadata.annotations)
     assert ledger is not None and ledger.phase == "rolled-back"
     assert "parity fail" in (ledger.cause or "")
+    rolled_back = _service_events(kube, seeded, "HandoffRolledBack")
+    assert any(m.startswith(f"handoff {ledger.handoff_id} rolled back: ") for m in rolled_back)
     assert svc.spec.selector == {"app": "clef-serve"}
     assert kube.apps.read_namespaced_deployment("clef-candle", seeded).spec.replicas == 0
     assert "first divergence" in result.stdout + result.stderr or "diverg" in (
