@@ -113,8 +113,8 @@ def distribution(values: np.ndarray) -> list[float]:
 
 def summarise_cell(samples: CellSamples, *, label: str, concurrency: int, slo: Slo) -> CellFigures:
     metrics = samples.metrics
-    tpot = summarise(samples.values_ms("tpot"))
-    ttft = summarise(samples.values_ms("ttft"))
+    tpot_v, ttft_v = samples.values_ms("tpot"), samples.values_ms("ttft")
+    tpot, ttft = summarise(tpot_v), summarise(ttft_v)
     itl = np.concatenate(samples.itl_ms() or [np.empty(0)])
     # no successful request: no throughput figure (0 tok/s would read as a measurement)
     throughput = (
@@ -141,8 +141,8 @@ def summarise_cell(samples: CellSamples, *, label: str, concurrency: int, slo: S
         goodput_req_s=_goodput(samples, slo),
         little=_little(samples, concurrency, throughput, ttft, tpot),
         cdf_ms={
-            "ttft": distribution(samples.values_ms("ttft")),
-            "tpot": distribution(samples.values_ms("tpot")),
+            "ttft": distribution(ttft_v),
+            "tpot": distribution(tpot_v),
             "itl": distribution(itl),
         },
     )

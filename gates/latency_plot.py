@@ -8,7 +8,7 @@ import io
 from pathlib import Path
 
 from gates.cell import CellFigures
-from gates.latency_report import LatencyFigures, LevelFigures
+from gates.latency_report import LatencyFigures, LevelFigures, verdict_word
 
 # (metric in cdf_ms, title, the comparison that gates it, the quantile it compares)
 _PANELS = [
@@ -29,8 +29,7 @@ def level_png(level: LevelFigures) -> bytes:
     from matplotlib.figure import Figure
 
     figure = Figure(figsize=(11, 3.4), dpi=80, layout="constrained")
-    verdict = {True: "pass", False: "FAIL", None: "no verdict"}[level.passed]
-    figure.suptitle(f"latency at {level.concurrency} streams: {verdict}")
+    figure.suptitle(f"latency at {level.concurrency} streams: {verdict_word(level)}")
     cells = [c for c in (level.baseline, level.candidate) if c is not None]
     for axes, (metric, title, compared, q) in zip(figure.subplots(1, 3), _PANELS, strict=True):
         for cell in cells:

@@ -83,8 +83,13 @@ _ROWS: list[tuple[str, Callable[[CellFigures], str]]] = [
 ]
 
 
+def verdict_word(level: LevelFigures) -> str:
+    """How a level's verdict reads in the report and on its picture."""
+    return {True: "pass", False: "FAIL", None: "no verdict"}[level.passed]
+
+
 def render_level(level: LevelFigures) -> str:
-    verdict = {True: "pass", False: "FAIL", None: "no verdict"}[level.passed]
+    verdict = verdict_word(level)
     cells = [level.candidate] + ([level.baseline] if level.baseline else [])
     header = "| " + " | ".join(["", *(c.label for c in cells)]) + " |"
     lines = [f"#### {level.concurrency} streams: {verdict}", ""]

@@ -79,7 +79,6 @@ def run_isolated(job: dict[str, object], limits: Limits) -> Outcome:
         try:
             out, err = process.communicate(timeout=limits.wall_s)
         except subprocess.TimeoutExpired:
-            _kill_group(process)
             return Outcome(0.0, f"killed after the wall-clock limit of {limits.wall_s:g} s")
         finally:
             _kill_group(process)  # anything it left behind

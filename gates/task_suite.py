@@ -95,7 +95,6 @@ class Code(_Checker):
 Checker = Annotated[
     Exact | Normalised | Regex | Number | JsonSchema | Function | Code, Field(discriminator="kind")
 ]
-ISOLATED_KINDS = ("function", "code")
 
 
 class Limits(BaseModel):
