@@ -63,14 +63,10 @@ def handoff(
                 approve_gates(run, evidence, auto=auto_approve)
                 swap_selector(run)
                 scale_up_and_retire(run)
-            except Exception as exc:
-                roll_back(run, exc)
-                finish(run, trigger)
-                raise
-            except (TerminationSignal, KeyboardInterrupt, Abort) as exc:
-                # Cancelled (SIGTERM from the worker, Ctrl-C, or the API): the Service is
+            except (Exception, TerminationSignal, KeyboardInterrupt, Abort) as exc:
+                # Cancelled (SIGTERM from the worker, Ctrl-C, or the API), the Service is
                 # restored all the same, as plain code since a cancelled run runs no tasks.
-                roll_back.fn(run, exc)
+                (roll_back if isinstance(exc, Exception) else roll_back.fn)(run, exc)
                 finish(run, trigger)
                 raise
             return finish(run, trigger)

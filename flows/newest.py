@@ -22,6 +22,7 @@ from __future__ import annotations
 import datetime as dt
 import uuid
 from pathlib import Path
+from typing import TypeGuard
 
 from pydantic import BaseModel
 
@@ -53,7 +54,7 @@ class NewestCheck(BaseModel):
     newer: list[str] = []  # the merges that supersede this one, newest last
 
 
-def is_merge(trigger: Trigger | None) -> bool:
+def is_merge(trigger: Trigger | None) -> TypeGuard[Trigger]:
     """Started by a merge (through the relay), not by hand."""
     return trigger is not None and bool(trigger.delivery_id)
 
@@ -63,7 +64,7 @@ def ensure_newest(
 ) -> NewestCheck:
     """Decide whether this run's merge is the newest for its Service (call it first, and
     again when the Service's turn comes); or_raise: raise Superseded when it is not."""
-    if trigger is None or not trigger.delivery_id:
+    if not is_merge(trigger):
         return NewestCheck(newest=True, reason="started by hand, not by a merge")
     spec = load_spec(Path(spec_file))
     api = _api_url()

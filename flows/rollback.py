@@ -54,11 +54,15 @@ def rollback(kube: Kube, spec: HandoffSpec, *, cause: str) -> Ledger | None:
         # While candidate pods that the original selector would match still run, the
         # Service is held on the restored pods alone (never two versions at once).
         pinned = _pinned_to_restored(kube, spec, ledger)
-        _set_selector(kube, spec, pinned or ledger.snapshot.selector)
+        write.update_service_selector(
+            kube, spec.namespace, spec.service, pinned or ledger.snapshot.selector
+        )
         _undo_candidate(kube, spec, ledger)
         if pinned:
             _wait_candidate_gone(kube, spec, ledger)
-            _set_selector(kube, spec, ledger.snapshot.selector)
+            write.update_service_selector(
+                kube, spec.namespace, spec.service, ledger.snapshot.selector
+            )
     with _noted(problems):
         announce(
             kube,
@@ -123,10 +127,6 @@ def _pinned_to_restored(kube: Kube, spec: HandoffSpec, ledger: Ledger) -> dict[s
     }
     hashes.discard(None)
     return {**selector, "pod-template-hash": hashes.pop()} if len(hashes) == 1 else None
-
-
-def _set_selector(kube: Kube, spec: HandoffSpec, selector: dict[str, str]) -> None:
-    write.update_service_selector(kube, spec.namespace, spec.service, selector)
 
 
 def _wait_candidate_gone(kube: Kube, spec: HandoffSpec, ledger: Ledger) -> None:

@@ -107,15 +107,16 @@ def approve_plan(run: HandoffRun, *, auto: bool) -> None:
     serve: the plan, the declared downtime and the gate policy that decides later."""
     if run.plan.strategy is not Strategy.IN_PLACE:
         return
+    image = run.ledger.image or _pinned_ref(run)
     summary = (
         "The old pods keep serving until you answer. Then the Service has no ready "
         "endpoints from the old pods' stop until the swap.\n\n"
         + plan_markdown(run.plan)
-        + f"\n\n**Image:** `{run.ledger.image or _pinned_ref(run)}`\n\n"
+        + f"\n\n**Image:** `{image}`\n\n"
         + gate_policy_markdown(run.spec)
     )
     downtime = run.plan.downtime
-    brief = f"**Image:** `{run.ledger.image or _pinned_ref(run)}`; in place" + (
+    brief = f"**Image:** `{image}`; in place" + (
         f", declared downtime about {downtime.estimate_s:.0f} s, at most {downtime.bound_s:.0f} s"
         if downtime
         else ""
