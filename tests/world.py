@@ -240,20 +240,22 @@ def _artifacts(sandbox: SandboxState, flow_run_id: str, kind: str) -> list[dict[
     return list(response.json())
 
 
+def _markdown(sandbox: SandboxState, flow_run_id: str, prefix: str) -> str:
+    """The run's last markdown artifact whose key starts with `prefix`."""
+    found = _artifacts(sandbox, flow_run_id, "markdown")
+    texts = [a["data"] for a in found if (a.get("key") or "").startswith(prefix)]
+    assert texts, f"no {prefix}* artifact for flow run {flow_run_id}: {[a['key'] for a in found]}"
+    return str(texts[-1])
+
+
 def handoff_report(sandbox: SandboxState, flow_run_id: str) -> str:
     """The handoff's markdown report, as the Prefect server holds it."""
-    found = _artifacts(sandbox, flow_run_id, "markdown")
-    reports = [a["data"] for a in found if (a.get("key") or "").startswith("handoff-")]
-    assert reports, f"no report artifact for flow run {flow_run_id}: {found}"
-    return str(reports[-1])
+    return _markdown(sandbox, flow_run_id, "handoff-")
 
 
 def handoff_pictures(sandbox: SandboxState, flow_run_id: str) -> str:
     """The latency gate's pictures artifact (markdown with embedded PNGs) of the run."""
-    found = _artifacts(sandbox, flow_run_id, "markdown")
-    pictures = [a["data"] for a in found if (a.get("key") or "").startswith("latency-")]
-    assert pictures, f"no latency pictures for flow run {flow_run_id}: {[a['key'] for a in found]}"
-    return str(pictures[-1])
+    return _markdown(sandbox, flow_run_id, "latency-")
 
 
 def handoff_progress(sandbox: SandboxState, flow_run_id: str) -> float:

@@ -19,6 +19,8 @@ from tests.world import handoff_cli, spec_in, start_handoff
 # The latency SLO is the spec's business; the machine may be busy with other tests,
 # and the approval and outage tests are not about latency, so the SLO is relaxed.
 RELAXED = {"latency": {"slo": {"tpot_ms": 500, "ttft_ms": 10000}}}
+# A latency SLO no server meets: the gates fail once the candidate is warm, and it rolls back.
+IMPOSSIBLE = {"latency": {"slo": {"tpot_ms": 0.001, "ttft_ms": 10000}}}
 
 
 def coder_spec(namespace: str, out_dir: Path, **changes: Any) -> Path:

@@ -18,7 +18,7 @@ import pytest
 
 from flows.kube.client import Kube
 from flows.ledger import history_entries, parse_ledger
-from tests.handoff.pauses import RELAXED
+from tests.handoff.pauses import IMPOSSIBLE, RELAXED
 from tests.world import (
     LEASE_S,
     await_phase,
@@ -30,8 +30,6 @@ from tests.world import (
 )
 
 pytestmark = pytest.mark.timeout(600)  # a whole handoff, on a shared machine
-
-IMPOSSIBLE = {"latency": {"slo": {"tpot_ms": 0.001, "ttft_ms": 10000}}}
 
 
 def _serves(kube: Kube, namespace: str) -> None:
