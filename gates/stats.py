@@ -77,7 +77,7 @@ def bootstrap_ratio(
     cand_draws = _resampled_statistics(candidate, statistic, n_resamples, rng)
     base_draws = _resampled_statistics(baseline, statistic, n_resamples, rng)
     point = float(statistic(np.concatenate(candidate)) / statistic(np.concatenate(baseline)))
-    low, high = _percentile_interval(cand_draws / base_draws, confidence)
+    low, high = percentile_interval(cand_draws / base_draws, confidence)
     return Interval(point=point, low=low, high=high)
 
 
@@ -91,7 +91,7 @@ def bootstrap_interval(
 ) -> Interval:
     """Interval of statistic(units) itself, e.g. the candidate's p95 against an SLO."""
     draws = _resampled_statistics(units, statistic, n_resamples, np.random.default_rng(seed))
-    low, high = _percentile_interval(draws, confidence)
+    low, high = percentile_interval(draws, confidence)
     return Interval(point=float(statistic(np.concatenate(units))), low=low, high=high)
 
 
@@ -111,7 +111,7 @@ def _resampled_statistics(
     return np.array([statistic(np.concatenate([units[i] for i in row])) for row in picks])
 
 
-def _percentile_interval(draws: np.ndarray, confidence: float) -> tuple[float, float]:
+def percentile_interval(draws: np.ndarray, confidence: float) -> tuple[float, float]:
     tail = (1 - confidence) / 2 * 100
     low, high = np.percentile(draws, [tail, 100 - tail])
     return float(low), float(high)

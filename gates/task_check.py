@@ -6,9 +6,8 @@ from __future__ import annotations
 import json
 import re
 import string
-from dataclasses import dataclass
 
-from gates.task_sandbox import run_isolated
+from gates.task_sandbox import Verdict, run_isolated
 from gates.task_suite import (
     Checker,
     Code,
@@ -23,16 +22,6 @@ from gates.task_suite import (
 
 _FENCED = re.compile(r"```[a-zA-Z0-9_+-]*\n(.*?)(?:```|$)", re.DOTALL)
 _NUMBER = re.compile(r"[-+]?(?:\d+(?:[.,]\d+)*(?:\.\d+)?|\.\d+)(?:[eE][-+]?\d+)?")
-
-
-@dataclass(frozen=True)
-class Verdict:
-    score: float
-    detail: str
-
-    @property
-    def passed(self) -> bool:
-        return self.score >= 1.0
 
 
 def check(checker: Checker, answer: str, limits: Limits) -> Verdict:
@@ -52,12 +41,10 @@ def check(checker: Checker, answer: str, limits: Limits) -> Verdict:
             return _json(checker, answer)
         case Function():
             job = {"kind": "function", "source": checker.source, "answer": answer}
-            outcome = run_isolated(job, limits)
-            return Verdict(outcome.score, outcome.detail)
+            return run_isolated(job, limits)
         case Code():
             job = {"kind": "code", "answer": code_of(answer), "tests": checker.tests}
-            outcome = run_isolated(job, limits)
-            return Verdict(outcome.score, outcome.detail)
+            return run_isolated(job, limits)
     raise TypeError(f"unknown checker {checker!r}")
 
 

@@ -30,9 +30,15 @@ HARNESS = Path(__file__).with_name("task_harness.py")
 
 
 @dataclass(frozen=True)
-class Outcome:
+class Verdict:
+    """One answer's score (1.0 right, 0.0 wrong, or a grade) and why."""
+
     score: float
     detail: str
+
+    @property
+    def passed(self) -> bool:
+        return self.score >= 1.0
 
 
 @functools.cache
@@ -55,7 +61,7 @@ def _unshare() -> list[str] | None:
     return [tool, "-n", "--"] if done.returncode == 0 else None
 
 
-def run_isolated(job: dict[str, object], limits: Limits) -> Outcome:
+def run_isolated(job: dict[str, object], limits: Limits) -> Verdict:
     """Run one job (`kind` code: `answer`, `tests`; `kind` function: `source`, `answer`)."""
     nonce = secrets.token_hex(16)
     with tempfile.TemporaryDirectory(prefix="handoff-task-") as tmp:
@@ -79,7 +85,7 @@ def run_isolated(job: dict[str, object], limits: Limits) -> Outcome:
         try:
             out, err = process.communicate(timeout=limits.wall_s)
         except subprocess.TimeoutExpired:
-            return Outcome(0.0, f"killed after the wall-clock limit of {limits.wall_s:g} s")
+            return Verdict(0.0, f"killed after the wall-clock limit of {limits.wall_s:g} s")
         finally:
             _kill_group(process)  # anything it left behind
     return _read(out, err, process.returncode, nonce, limits)
@@ -91,15 +97,15 @@ def _kill_group(process: subprocess.Popen[bytes]) -> None:
     process.wait()
 
 
-def _read(out: bytes, err: bytes, code: int, nonce: str, limits: Limits) -> Outcome:
+def _read(out: bytes, err: bytes, code: int, nonce: str, limits: Limits) -> Verdict:
     for line in reversed(out.decode(errors="replace").splitlines()):
         try:
             found = json.loads(line)
         except ValueError:
             continue
         if isinstance(found, dict) and found.get("nonce") == nonce:
-            return Outcome(float(found["score"]), str(found["detail"]))
+            return Verdict(float(found["score"]), str(found["detail"]))
     if code == -signal.SIGXCPU or code == -signal.SIGKILL:
-        return Outcome(0.0, f"killed at the CPU limit of {limits.cpu_s} s (signal {-code})")
+        return Verdict(0.0, f"killed at the CPU limit of {limits.cpu_s} s (signal {-code})")
     tail = err.decode(errors="replace").strip().splitlines()[-1:] or ["no output"]
-    return Outcome(0.0, f"ended without a verdict (exit {code}): {tail[0][:300]}")
+    return Verdict(0.0, f"ended without a verdict (exit {code}): {tail[0][:300]}")

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from statistics import NormalDist
 
 import numpy as np
 
-from gates.stats import Interval
+from gates.stats import Interval, percentile_interval
 
 SEED = 0
 
@@ -66,18 +67,10 @@ def _resample(values: np.ndarray, n_resamples: int) -> np.ndarray:
 
 
 def _interval(point: float, draws: np.ndarray, confidence: float) -> Interval:
-    tail = (1 - confidence) / 2 * 100
-    low, high = np.percentile(draws, [tail, 100 - tail])
-    return Interval(point=point, low=float(low), high=float(high))
+    low, high = percentile_interval(draws, confidence)
+    return Interval(point=point, low=low, high=high)
 
 
 def _z(confidence: float) -> float:
-    """The two-sided normal quantile for `confidence` (bisection on erf: no scipy)."""
-    low, high = 0.0, 10.0
-    for _ in range(100):
-        mid = (low + high) / 2
-        if math.erf(mid / math.sqrt(2)) < confidence:
-            low = mid
-        else:
-            high = mid
-    return (low + high) / 2
+    """The two-sided normal quantile for `confidence`."""
+    return NormalDist().inv_cdf((1 + confidence) / 2)
