@@ -6,13 +6,15 @@ Any failure after the first write rolls back from the snapshot on the Service.
 
 from __future__ import annotations
 
-from prefect import flow
+from prefect import flow, get_run_logger
 from prefect.exceptions import Abort, TerminationSignal
+from prefect.runtime import flow_run
 from prefect.states import Cancelled
 
 from flows.newest import Superseded, ensure_newest, is_merge
 from flows.record import HandoffRecord, Trigger
 from flows.session import begin, finish
+from flows.spec_paths import SpecRefused, confine, specs_dir
 from flows.tasks import (
     apply_at_zero,
     approve_gates,
@@ -42,7 +44,16 @@ def handoff(
 
     A merge's run waits up to queue_timeout_s while another run hands off the same
     Service (runs of other Services go on meanwhile), then checks again that its merge
-    is still the newest: the newest merge wins, per Service."""
+    is still the newest: the newest merge wins, per Service.
+
+    A run started by an event or a deployment reads its spec only from the repository's
+    specs directory (flows/spec_paths.py); one started by hand reads the file named."""
+    if is_merge(trigger) or flow_run.deployment_id:
+        try:
+            spec_file = str(confine(spec_file, specs_dir()))
+        except SpecRefused as exc:
+            get_run_logger().error("%s", exc)
+            raise
     newest = ensure_newest(spec_file, trigger)
     if not newest.newest:
         return Cancelled(message=newest.reason)  # type: ignore[return-value]

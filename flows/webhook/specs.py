@@ -15,6 +15,7 @@ import git
 from pydantic import BaseModel, ConfigDict
 
 from flows.spec import SpecError, load_spec
+from flows.spec_paths import SpecRefused, confine
 
 
 class HandoffTarget(BaseModel):
@@ -56,10 +57,11 @@ def _relative(path: Path, root: Path) -> str | None:
 def index_specs(specs_dir: Path, repo_root: Path) -> SpecIndex:
     """Read every spec in specs_dir; a broken spec is reported, never fatal."""
     root, targets, errors = repo_root.resolve(), [], []
-    for path in sorted([*specs_dir.glob("*.yaml"), *specs_dir.glob("*.yml")]):
-        try:
+    for found in sorted([*specs_dir.glob("*.yaml"), *specs_dir.glob("*.yml")]):
+        try:  # a symlink out of the specs directory is never read, as the flow would not
+            path = confine(str(found.absolute()), specs_dir)
             spec = load_spec(path)
-        except SpecError as exc:
+        except (SpecError, SpecRefused) as exc:
             errors.append(str(exc))
             continue
         golden = spec.gates.parity.golden if spec.gates.parity else None
