@@ -24,6 +24,7 @@ from sandbox.kubelet.container_probes import ContainerProbes
 from sandbox.kubelet.container_run import ContainerRun, terminated_state
 from sandbox.kubelet.context import NodeContext
 from sandbox.kubelet.events import PodRef
+from sandbox.kubelet.flowrun import Launch, flow_launch
 from sandbox.kubelet.images import PulledImage
 from sandbox.kubelet.prestop import PreStopHook
 from sandbox.kubelet.pull import ImagePuller
@@ -118,15 +119,15 @@ class ContainerRunner:
         # A fresh port per run: a port taken by another process fails one run, not all.
         self._port = procs.free_port()
         self._ports = {p.container_port: self._port for p in self._container.ports or []}
-        argv = self._argv()
-        if argv is None:
+        launch = self._launch()
+        if launch is None:
             return
         self._event("Created", f"Created container {self.name}")
         self._log(2).unlink(missing_ok=True)  # keep the current and the previous run's log
         name = f"{self._pod.namespace}/{self._pod.name}/{self.name}"
         started_at = now_rfc3339()
         try:
-            proc = self._ctx.spawner.spawn(name, argv, log=self._log(0))
+            proc = self._ctx.spawner.spawn(name, launch.argv, log=self._log(0), env=launch.env)
         except Exception as exc:  # e.g. no such executable: the runtime reports exit 128
             self._ctx.events.warning(self._pod, "Failed", f"Error: {exc}", container=self.name)
             self._exited(now, terminated_state(128, started_at=started_at, container_id=""))
@@ -138,17 +139,24 @@ class ContainerRunner:
         self._container_id = self._run.container_id
         self.state, self._stage = {"running": {"startedAt": started_at}}, Stage.RUNNING
 
-    def _argv(self) -> list[str] | None:
-        """The model-server command, or None (and CreateContainerConfigError) if none fits."""
-        assert self._image is not None
+    def _launch(self) -> Launch | None:
+        """The flow's command (its image) or the model server's, or None (and
+        CreateContainerConfigError) if none fits."""
+        image = self._image
+        assert image is not None
         try:
-            return server_argv(
+            if image.flow_root is not None:
+                pod_dir = self._log_dir.parent
+                args = (self._ctx, self._pod, self._spec, self._container, image, pod_dir)
+                return flow_launch(*args)
+            argv = server_argv(
                 cluster=self._ctx.cluster,
                 spec=self._spec,
                 container=self._container,
-                image=self._image,
+                image=image,
                 port=self._port,
             )
+            return Launch(argv)
         except ContainerConfigError as exc:
             self.state = {"waiting": {"reason": "CreateContainerConfigError", "message": str(exc)}}
             self._ctx.events.warning(self._pod, "Failed", f"Error: {exc}", container=self.name)

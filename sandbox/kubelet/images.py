@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict
 from flows.errors import HandoffError, ImageNotFound, RegistryAuthError, RegistryUnavailable
 from flows.oci import RegistryClient
 from flows.oci_ref import ImageRef
+from sandbox.flowimage import ROOT_LABEL
 from sandbox.simbuild import SimBuild
 
 _DAEMON = "rpc error: code = Unknown desc = Error response from daemon"
@@ -28,6 +29,7 @@ class PulledImage(BaseModel):
     image: str  # as the pod spec names it
     image_id: str  # docker-pullable://registry/repository@sha256:…
     build: SimBuild | None  # None: an image CI did not build (no server label)
+    flow_root: str | None = None  # the flow's image: where the project lives in it
 
 
 class ImagePullError(Exception):
@@ -85,6 +87,7 @@ class ImageStore:
             image=image,
             image_id=f"docker-pullable://{ref.registry}/{ref.repository}@{info.digest}",
             build=SimBuild.from_labels(info.labels),
+            flow_root=info.labels.get(ROOT_LABEL) or None,
         )
         with self._lock:
             self._present[image] = pulled

@@ -31,6 +31,7 @@ class _Request:
     name: str
     argv: list[str]
     log: Path
+    env: dict[str, str] | None
     future: Future[ContainerProcess]
 
 
@@ -73,9 +74,12 @@ class Spawner:
         self._thread.start()
         return self
 
-    def spawn(self, name: str, argv: list[str], *, log: Path) -> ContainerProcess:
+    def spawn(
+        self, name: str, argv: list[str], *, log: Path, env: dict[str, str] | None = None
+    ) -> ContainerProcess:
+        """Start ``argv``; its environment is ``env`` if given, else the kubelet's own."""
         future: Future[ContainerProcess] = Future()
-        self._queue.put(_Request(name, argv, log, future))
+        self._queue.put(_Request(name, argv, log, env, future))
         return future.result(timeout=30)
 
     def close(self) -> None:
@@ -92,7 +96,7 @@ class Spawner:
 
     def _start(self, request: _Request) -> ContainerProcess:
         request.log.parent.mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        env = {**(os.environ if request.env is None else request.env), "PYTHONUNBUFFERED": "1"}
         with open(request.log, "wb") as out:
             popen = subprocess.Popen(
                 [SETPRIV, "--pdeathsig", "KILL", "--", *request.argv],

@@ -1,0 +1,129 @@
+"""A container of the flow's image (labelled ``dev.handoff.flow.root``) as a local process.
+
+The image maps to this checkout and its virtual environment: the checkout is mounted
+read-only at the label's directory (``/opt/handoff``, where the Dockerfile installs the
+project) and the environment's ``bin`` leads PATH, so ``prefect flow-run execute`` runs
+the flow as the image would. The pod's volumes are projected as a kubelet does: each
+Secret, ConfigMap or emptyDir volume is written under the pod's directory and bind-mounted
+at its mountPath, among them the ServiceAccount token Secret that the 1.20 admission
+plugin mounts at /var/run/secrets/kubernetes.io/serviceaccount (token, ca.crt,
+namespace). The mounts live in a private mount namespace of the container's process
+(``mountns.py``). The environment is the container's (literal values), plus
+KUBERNETES_SERVICE_HOST/PORT naming the apiserver on loopback, so the flow's client
+loads in-cluster config and acts as the pod's ServiceAccount.
+"""
+
+from __future__ import annotations
+
+import base64
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from kubernetes import client
+from kubernetes.client import V1Container, V1PodSpec, V1Volume
+from kubernetes.client.exceptions import ApiException
+
+from sandbox.kubelet.command import ContainerConfigError
+from sandbox.kubelet.context import NodeContext
+from sandbox.kubelet.events import PodRef
+from sandbox.kubelet.images import PulledImage
+
+CHECKOUT = Path(__file__).resolve().parents[2]
+SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+@dataclass(frozen=True)
+class Launch:
+    """A container process: its command line and environment (None: the kubelet's)."""
+
+    argv: list[str]
+    env: dict[str, str] | None = None
+
+
+def flow_launch(
+    ctx: NodeContext,
+    pod: PodRef,
+    spec: V1PodSpec,
+    container: V1Container,
+    image: PulledImage,
+    pod_dir: Path,
+) -> Launch:
+    assert image.flow_root is not None
+    command = [*(container.command or []), *(container.args or [])]
+    if not command:
+        raise ContainerConfigError(
+            f'container {container.name} of image "{image.image}" has no command or args: '
+            "the flow's image has no entrypoint; give the container `prefect flow-run execute`"
+        )
+    binds = [f"{CHECKOUT}:{image.flow_root}:ro"]
+    for mount in container.volume_mounts or []:
+        source = _project(ctx, pod, _volume(spec, mount.name, container), pod_dir)
+        binds.append(f"{source}:{mount.mount_path}" + (":ro" if mount.read_only else ""))
+    argv = ["unshare", "--mount", "--propagation", "private", "--"]
+    argv += [sys.executable, "-m", "sandbox.kubelet.mountns"]
+    for bind in binds:
+        argv += ["--bind", bind]
+    argv += ["--workdir", container.working_dir or image.flow_root, "--", *command]
+    return Launch(argv, _environment(ctx, pod, container, pod_dir))
+
+
+def _volume(spec: V1PodSpec, name: str, container: V1Container) -> V1Volume:
+    for volume in spec.volumes or []:
+        if volume.name == name:
+            return volume
+    raise ContainerConfigError(f"container {container.name} mounts volume {name!r}, not in the pod")
+
+
+def _project(ctx: NodeContext, pod: PodRef, volume: V1Volume, pod_dir: Path) -> Path:
+    """Write the volume's files under the pod's directory; the directory to bind-mount."""
+    target = pod_dir / "volumes" / volume.name
+    target.mkdir(parents=True, exist_ok=True)
+    core = client.CoreV1Api(ctx.api)
+    try:
+        if volume.secret is not None:
+            secret = core.read_namespaced_secret(volume.secret.secret_name, pod.namespace)
+            files = {k: base64.b64decode(v) for k, v in (secret.data or {}).items()}
+        elif volume.config_map is not None:
+            config_map = core.read_namespaced_config_map(volume.config_map.name, pod.namespace)
+            files = {k: v.encode() for k, v in (config_map.data or {}).items()}
+        elif volume.empty_dir is not None:
+            files = {}
+        else:
+            raise ContainerConfigError(
+                f"volume {volume.name!r}: the sandbox kubelet projects only secret, "
+                "configMap and emptyDir volumes"
+            )
+    except ApiException as exc:
+        raise ContainerConfigError(
+            f"MountVolume.SetUp failed for volume {volume.name!r}: {exc.status} {exc.reason}"
+        ) from exc
+    for key, data in files.items():
+        path = target / key
+        path.write_bytes(data)
+        path.chmod(0o644)  # defaultMode 420
+    return target
+
+
+def _environment(
+    ctx: NodeContext, pod: PodRef, container: V1Container, pod_dir: Path
+) -> dict[str, str]:
+    api = urlsplit(str(ctx.api.configuration.host))
+    home = pod_dir / "home"
+    home.mkdir(parents=True, exist_ok=True)
+    env = {
+        "PATH": f"{Path(sys.prefix) / 'bin'}:{SYSTEM_PATH}",
+        "HOME": str(home),
+        "HOSTNAME": pod.name,
+        "KUBERNETES_SERVICE_HOST": api.hostname or "127.0.0.1",
+        "KUBERNETES_SERVICE_PORT": str(api.port or 443),
+    }
+    for var in container.env or []:
+        if var.value_from is not None:
+            raise ContainerConfigError(
+                f"container {container.name}: env {var.name} uses valueFrom, which the "
+                "sandbox kubelet does not resolve; give it a value"
+            )
+        env[var.name] = var.value or ""
+    return env
