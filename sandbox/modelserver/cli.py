@@ -22,6 +22,10 @@ def model_server(
     model_id: Annotated[str | None, typer.Option(help="served model name")] = None,
     fault: Annotated[list[Fault] | None, typer.Option(help="inject a fault (repeatable)")] = None,
     slow_start_s: Annotated[float, typer.Option(help="cold start for the slow_start fault")] = 5.0,
+    surface: Annotated[
+        str, typer.Option(help="routes: openai (all) or candle-vllm (models and chat only)")
+    ] = "openai",
+    load_s: Annotated[float, typer.Option(help="seconds loading before the port opens")] = 0.0,
     stall_after_tokens: Annotated[int, typer.Option(help="tokens before the stall fault")] = 4,
     slowdown: Annotated[float, typer.Option(help="multiplies step and prefill times")] = 1.0,
     ground_truth: Annotated[Path | None, typer.Option(help="JSONL of token send times")] = None,
@@ -51,6 +55,8 @@ def model_server(
             model_id=model_id,
             faults=tuple(fault or ()),
             slow_start_s=slow_start_s,
+            surface=surface,
+            load_s=load_s,
             stall_after_tokens=stall_after_tokens,
             slowdown=slowdown,
             ground_truth=ground_truth,

@@ -8,6 +8,7 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field, model_validator
 
 from sandbox.modelserver.faults import Fault
 from sandbox.modelserver.profiles import PROFILES, Profile
+from sandbox.modelserver.surface import Surface
 
 
 class ServerConfig(BaseModel):
@@ -19,6 +20,10 @@ class ServerConfig(BaseModel):
     model_id: str | None = Field(None, description="served model name; the profile's default")
     faults: tuple[Fault, ...] = Field((), validation_alias=AliasChoices("faults", "fault"))
     slow_start_s: float = Field(5.0, ge=0)
+    surface: Surface = Field("openai", description="which routes: all, or candle-vllm's")
+    load_s: float = Field(
+        0.0, ge=0, description="loading before the port opens (scaled by time_scale)"
+    )
     stall_after_tokens: int = Field(4, ge=0)
     slowdown: float = Field(1.0, gt=0, description="multiplies step and prefill times")
     time_scale: float = Field(1.0, gt=0, description="multiplies every simulated duration")

@@ -10,6 +10,7 @@ import functools
 import gc
 import socket
 import sys
+import time
 
 from sandbox.modelserver.api.errors import unframeable
 from sandbox.modelserver.api.generate import Runtime
@@ -44,6 +45,7 @@ def run_server(config: ServerConfig) -> None:
     )
     single_threaded_blas()
     sys.setswitchinterval(SWITCH_INTERVAL_S)
+    _load(config)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((config.host, config.port))
@@ -55,7 +57,8 @@ async def _serve(config: ServerConfig, spec: ModelSpec, sock: socket.socket) -> 
     pacer = Pacer(asyncio.get_running_loop())
     runtime = _runtime(config, spec, pacer)
     profile = config.resolved_profile()
-    handler = build_handler(runtime, Served(profile.model_id, profile.max_model_len))
+    served = Served(profile.model_id, profile.max_model_len)
+    handler = build_handler(runtime, served, config.surface)
     host, port = sock.getsockname()[:2]
     runtime.engine.start()
     _quiet_gc()
@@ -89,6 +92,15 @@ def _runtime(config: ServerConfig, spec: ModelSpec, pacer: Pacer) -> Runtime:
     keep_alive_s = None if config.keep_alive_ms is None else config.keep_alive_ms / 1000
     lifecycle = Lifecycle(cold_start_ns=int(cold_start_s * 1e9))
     return Runtime(engine, lifecycle, GroundTruth(config.ground_truth), keep_alive_s)
+
+
+def _load(config: ServerConfig) -> None:
+    """Load the model before opening the port, as candle-vllm does: until then a client
+    (or a probe) finds the port closed, not a server answering 503."""
+    load_s = config.load_s * config.time_scale
+    if load_s > 0:
+        print(f"loading the model ({load_s:g} s); port {config.port} opens after", file=sys.stderr)
+        time.sleep(load_s)
 
 
 def _announce(lifecycle: Lifecycle, url: str) -> None:

@@ -1,4 +1,5 @@
-"""The HTTP surface: OpenAI-compatible endpoints plus /health, /debug/probes and /v1/heads."""
+"""The HTTP surface: OpenAI-compatible endpoints plus /health, /debug/probes and /v1/heads,
+or candle-vllm's few routes (sandbox.modelserver.surface)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from sandbox.modelserver.api.requests import ChatRequest, CompletionRequest, Pro
 from sandbox.modelserver.httpd.exchange import Exchange
 from sandbox.modelserver.httpd.protocol import Handler
 from sandbox.modelserver.lm.tokenizer import encode
+from sandbox.modelserver.surface import CANDLE_VLLM_OWNER, Surface, routed
 
 Route = Callable[[Exchange], Awaitable[None]]
 
@@ -24,11 +26,12 @@ Route = Callable[[Exchange], Awaitable[None]]
 class Api:
     """One handler per route; `handle` dispatches and turns errors into OpenAI-style bodies."""
 
-    def __init__(self, rt: Runtime, served: Served) -> None:
+    def __init__(self, rt: Runtime, served: Served, surface: Surface = "openai") -> None:
         self.rt = rt
         self.served = served
+        self.surface = surface
         self.created = int(time.time())
-        self.routes: dict[str, dict[str, Route]] = {
+        routes: dict[str, dict[str, Route]] = {
             "/v1/models": {"GET": self.models},
             "/health": {"GET": self.health},
             "/v1/completions": {"POST": self.completions},
@@ -36,10 +39,16 @@ class Api:
             "/debug/probes": {"POST": self.probes},
             "/v1/heads": {"POST": self.heads},
         }
+        self.routes = {path: m for path, m in routes.items() if routed(surface, path)}
 
     async def handle(self, ex: Exchange) -> None:
         try:
             await _route(self.routes, ex)(ex)
+        except Unrouted as exc:
+            if self.surface == "candle-vllm":  # axum's router: status only, empty body
+                ex.respond(exc.status, b"", content_type=None)
+            else:
+                ex.respond(exc.status, error_body(exc))
         except ApiError as exc:
             if not ex.started:
                 ex.respond(exc.status, error_body(exc))
@@ -51,8 +60,13 @@ class Api:
     async def models(self, ex: Exchange) -> None:
         self.rt.lifecycle.check_serving()
         model_id = self.served.model_id
-        card = {"id": model_id, "object": "model", "created": self.created, "root": model_id}
-        card |= {"owned_by": "handoff-sandbox", "max_model_len": self.served.max_model_len}
+        card: dict[str, Any] = {"id": model_id, "object": "model"}
+        if self.surface == "candle-vllm":  # as its router writes the entry
+            card |= {"created": int(time.time() * 1000), "owned_by": CANDLE_VLLM_OWNER}
+            card["permission"] = []
+        else:
+            card |= {"created": self.created, "root": model_id, "owned_by": "handoff-sandbox"}
+            card["max_model_len"] = self.served.max_model_len
         _respond_json(ex, {"object": "list", "data": [card]})
 
     async def health(self, ex: Exchange) -> None:
@@ -86,16 +100,20 @@ class Api:
             return await asyncio.wrap_future(self.rt.engine.link.readout(kind, tokens))
 
 
-def build_handler(rt: Runtime, served: Served) -> Handler:
-    return Api(rt, served).handle
+def build_handler(rt: Runtime, served: Served, surface: Surface = "openai") -> Handler:
+    return Api(rt, served, surface).handle
+
+
+class Unrouted(ApiError):
+    """No route for the path (404) or the method (405)."""
 
 
 def _route(routes: dict[str, dict[str, Route]], ex: Exchange) -> Route:
     methods = routes.get(ex.head.path)
     if methods is None:
-        raise ApiError(404, f"no route {ex.head.path}: the server has {sorted(routes)}")
+        raise Unrouted(404, f"no route {ex.head.path}: the server has {sorted(routes)}")
     if ex.head.method not in methods:
-        raise ApiError(405, f"{ex.head.path} takes {sorted(methods)}, not {ex.head.method}")
+        raise Unrouted(405, f"{ex.head.path} takes {sorted(methods)}, not {ex.head.method}")
     return methods[ex.head.method]
 
 

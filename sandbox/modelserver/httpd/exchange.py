@@ -29,8 +29,11 @@ class Exchange:
         self.done = False
         self.on_lost: Callable[[], None] | None = None  # the client went away mid-response
 
-    def respond(self, status: int, body: bytes, content_type: str = "application/json") -> int:
-        headers = [("content-type", content_type), ("content-length", str(len(body)))]
+    def respond(
+        self, status: int, body: bytes, content_type: str | None = "application/json"
+    ) -> int:
+        headers = [("content-type", content_type)] if content_type else []
+        headers.append(("content-length", str(len(body))))
         headers += self._connection_header()
         stamp = self._write(response_head(status, headers) + body)
         self._finish()
