@@ -61,6 +61,15 @@ class Capabilities(BaseModel):
     health_path: str | None = None
     extensions: list[Extension] = Field(default_factory=list, description="probed on request")
 
+    def server_name(self, url: str) -> str:
+        """`url` with what the server says it is, for messages: `http://… (candle-vllm)`."""
+        owner = self.identity.get("owned_by")
+        return f"{str(url).rstrip('/')} ({owner})" if owner else str(url).rstrip("/")
+
+    def chat_only(self) -> bool:
+        """Chat turns and no raw completions (candle-vllm)."""
+        return self.chat and not self.completions
+
     def summary(self) -> str:
         offered = [
             name

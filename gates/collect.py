@@ -27,8 +27,10 @@ async def collect_outputs(
 ) -> ModelOutputs:
     missing: dict[str, str] = {}
     completions = []
+    url = str(client.base_url).rstrip("/")
+    who = caps.server_name(url)
     for case in settings.prompts:
-        why = _unavailable(case, caps)
+        why = _unavailable(case, caps, url, who)
         if why:
             missing[f"prompt {case.id}"] = why
             continue
@@ -40,6 +42,12 @@ async def collect_outputs(
         reference = await teacher_forced(
             client, model_id=model_id, text=settings.reference_text, top_k=settings.top_k, caps=caps
         )
+    elif not caps.completions:
+        missing["teacher_forced"] = (
+            f"teacher forcing needs prompt logprobs (echo) from POST {url}"
+            f"/v1/completions, which {who} does not have (it serves chat only): leave "
+            "teacher_forced out of tolerances.require and record the golden through chat"
+        )
     else:
         missing["teacher_forced"] = "the server returns no prompt logprobs (echo with logprobs)"
     extras: dict[str, Any] = {}
@@ -47,7 +55,11 @@ async def collect_outputs(
         if name in caps.extensions:
             extras[name] = await _extension(client, name, settings.probe_prompt)
         else:
-            missing[name] = f"the server has no {EXTENSION_KEYS[name][0]}"
+            missing[name] = (
+                f"{who} has no {EXTENSION_KEYS[name][0]} (an extension of the simulated "
+                "servers): record the golden without --extensions, or leave it out of "
+                "tolerances.require"
+            )
     return ModelOutputs(
         completions=completions,
         reference=reference,
@@ -62,11 +74,16 @@ def request_sampling(caps: Capabilities) -> dict[str, Any]:
     return sampling.neutral(extended=caps.extended_sampling)
 
 
-def _unavailable(case: PromptCase, caps: Capabilities) -> str | None:
+def _unavailable(case: PromptCase, caps: Capabilities, url: str, who: str) -> str | None:
     if case.api == "chat" and not caps.chat:
-        return "the server has no /v1/chat/completions"
+        return f"POST {url}/v1/chat/completions: {who} has no chat endpoint"
     if case.api == "completions" and not caps.completions:
-        return "the server has no /v1/completions"
+        return (
+            f"POST {url}/v1/completions: {who} has no raw completions"
+            + (" (it serves chat only)" if caps.chat else "")
+            + ": record the golden from chat turns and leave completions out of "
+            "tolerances.require"
+        )
     return None
 
 

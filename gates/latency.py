@@ -16,10 +16,11 @@ from typing import TypeVar
 from gates import api
 from gates.capabilities import discover
 from gates.cell import CellFigures, CellSamples, summarise_cell
+from gates.client import CHAT_PATH, COMPLETIONS_PATH
 from gates.compare import Comparison, compare_cells
 from gates.errors import ServerError
 from gates.latency_report import LatencyFigures, LevelFigures
-from gates.load import RequestShape, Run, StreamPool
+from gates.load import Api, RequestShape, Run, StreamPool
 from gates.result import GateResult, verdict_of
 from gates.settings import LatencySettings
 from gates.slo import check_slos
@@ -96,8 +97,18 @@ async def _side(label: str, url: str, model: str | None, settings: LatencySettin
     chosen = settings.api
     if chosen == "auto":
         chosen = "completions" if caps.completions else "chat"
-    if not (caps.completions if chosen == "completions" else caps.chat):
-        raise ServerError(f"{url} has no {chosen} endpoint ({caps.summary()}); set `api`")
+    if not getattr(caps, chosen):
+        other: Api = "chat" if chosen == "completions" else "completions"
+        path = COMPLETIONS_PATH if chosen == "completions" else CHAT_PATH
+        todo = (
+            f"set the latency gate's `api: {other}` (or auto), which it serves"
+            if getattr(caps, other)
+            else "it serves neither endpoint: point the gate at an OpenAI-compatible server"
+        )
+        raise ServerError(
+            f"POST {url.rstrip('/')}{path}: {caps.server_name(url)} has no "
+            f"{chosen} endpoint ({caps.summary()}); {todo}"
+        )
     shape = RequestShape(
         model=model_id,
         max_tokens=settings.max_tokens,

@@ -185,9 +185,10 @@ def _result(figures: ParityFigures, tolerances: ParityTolerances, golden: Golden
         )
     elif missing or not figures.compared_checks():
         passed = None
+        why = [w for w in (_why_missing(c, figures.not_compared) for c in missing) if w]
         reason = (
             f"no verdict: required comparison(s) {', '.join(missing) or 'any'} could not be "
-            "made (" + "; ".join(unseen[:3] or ["nothing to compare"]) + ")"
+            "made (" + "; ".join(why or unseen[:3] or ["nothing to compare"]) + ")"
         )
     else:
         passed = True
@@ -199,3 +200,11 @@ def _result(figures: ParityFigures, tolerances: ParityTolerances, golden: Golden
         figures=figures,
         evidence=findings + [d for d in divergences if d not in findings] + unseen,
     )
+
+
+def _why_missing(check: ParityCheck, not_compared: dict[str, str]) -> str | None:
+    """The first reason given for a check (prompt keys end with their api in brackets)."""
+    for key, why in not_compared.items():
+        if key == check or key.endswith(f"({check})"):
+            return f"{key}: {why}"
+    return None

@@ -1,0 +1,73 @@
+"""Gates against a chat-only server (the candle-vllm surface: /v1/models and
+/v1/chat/completions only): the clef seed's spec and golden file gate it through chat, and
+what a chat-only server cannot give is refused with a message naming the endpoint, the
+server and what to do."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from flows.spec import load_spec
+from gates.golden_format import Golden
+from gates.latency import run_latency
+from gates.parity import run_parity
+from gates.settings import LatencySettings
+from gates.smoke import run_smoke
+from tests.gates.conftest import FAST, HALF_TIME, StartServer
+
+REPO = Path(__file__).resolve().parents[2]
+CHAT_ONLY = ("--surface", "candle-vllm")
+SEED = load_spec(REPO / "manifests" / "handoffs" / "clef-candle.yaml")
+
+
+def _seed_golden() -> tuple[Golden, object]:
+    assert SEED.gates.parity is not None
+    return Golden.load(SEED.gates.parity.golden), SEED.gates.parity.tolerances
+
+
+def test_seed_gates_a_chat_only_candle_through_chat(model_server: StartServer) -> None:
+    golden, tolerances = _seed_golden()
+    assert golden.server.chat and not golden.server.completions  # recorded through chat
+    good = model_server("clef-flash-candle", *FAST, *CHAT_ONLY)
+    smoke = run_smoke(good.url, model_id="clef-flash")
+    assert smoke.passed and smoke.figures.endpoint == "/v1/chat/completions", smoke.reason
+    result = run_parity(good.url, golden, tolerances)  # type: ignore[arg-type]
+    assert result.passed, result.markdown()
+    assert result.figures.compared_checks() == ["chat"] and result.figures.n_tokens_golden > 0
+    broken = model_server("clef-flash-candle", *FAST, *CHAT_ONLY, "--fault", "zero_key_band")
+    assert run_parity(broken.url, golden, tolerances).passed is False  # type: ignore[arg-type]
+
+
+def test_latency_over_chat_streams(model_server: StartServer) -> None:
+    server = model_server("clef-flash-candle", *HALF_TIME, *CHAT_ONLY)
+    assert SEED.gates.latency is not None and SEED.gates.latency.api == "chat"
+    settings = SEED.gates.latency.model_copy(
+        update={"levels": [1], "rounds": 3, "max_tokens": 8, "bootstrap_resamples": 200}
+    )
+    result = run_latency(server.url, server.url, settings)
+    assert result.passed is not None, result.reason  # measured: a verdict, whichever it is
+    assert all(level.candidate.n_ok > 0 for level in result.figures.levels), result.reason
+
+
+def test_completions_latency_on_a_chat_only_server_says_what_to_do(
+    model_server: StartServer,
+) -> None:
+    server = model_server("clef-flash-candle", *FAST, *CHAT_ONLY)
+    result = run_latency(server.url, None, LatencySettings(api="completions", levels=[1]))
+    assert result.passed is None
+    for needed in (f"{server.url}/v1/completions", "candle-vllm", "api: chat"):
+        assert needed in result.reason, result.reason
+
+
+def test_teacher_forcing_of_a_chat_only_server_says_what_to_do(
+    clef_golden: Golden, model_server: StartServer
+) -> None:
+    """The test golden holds completions, teacher forcing, probes and heads: all required."""
+    server = model_server("clef-flash-candle", *FAST, *CHAT_ONLY)
+    result = run_parity(server.url, clef_golden)
+    assert result.passed is None
+    assert "completions" in result.reason and "teacher_forced" in result.reason
+    for needed in (f"{server.url}/v1/completions", "candle-vllm", "tolerances.require"):
+        assert needed in result.reason, result.reason
+    probes = next(e for e in result.evidence if e.startswith("not compared: probes"))
+    assert "/debug/probes" in probes and "--extensions" in probes, probes
