@@ -3,12 +3,11 @@ PNG per concurrency level, with the margins and SLOs the verdict used drawn on t
 
 from __future__ import annotations
 
-import base64
-import io
 from pathlib import Path
 
 from gates.cell import CellFigures
 from gates.latency_report import LatencyFigures, LevelFigures, verdict_word
+from gates.picture import markdown_image, new_figure, png, write_png
 
 # (metric in cdf_ms, title, the comparison that gates it, the quantile it compares)
 _PANELS = [
@@ -26,9 +25,7 @@ _SLO_REACH = 3.0  # an SLO further than this times the largest sample squashes t
 
 def level_png(level: LevelFigures) -> bytes:
     """One row of three CDF panels for one concurrency level, as PNG bytes (Agg: headless)."""
-    from matplotlib.figure import Figure
-
-    figure = Figure(figsize=(11, 3.4), dpi=80, layout="constrained")
+    figure = new_figure(11, 3.4)
     figure.suptitle(f"latency at {level.concurrency} streams: {verdict_word(level)}")
     cells = [c for c in (level.baseline, level.candidate) if c is not None]
     for axes, (metric, title, compared, q) in zip(figure.subplots(1, 3), _PANELS, strict=True):
@@ -41,9 +38,7 @@ def level_png(level: LevelFigures) -> bytes:
         axes.grid(alpha=0.3)
         axes.legend(fontsize="small", loc="lower right")
     figure.axes[0].set_ylabel("share of samples ≤ x")
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png")
-    return buffer.getvalue()
+    return png(figure)
 
 
 def _cdf(axes, cell: CellFigures, metric: str) -> None:  # type: ignore[no-untyped-def]
@@ -84,20 +79,15 @@ def _slo(axes, level: LevelFigures, metric: str, largest: float) -> None:  # typ
 
 def write_pictures(figures: LatencyFigures, directory: Path) -> list[Path]:
     """latency-cN.png for each level in DIRECTORY; returns the paths written."""
-    directory.mkdir(parents=True, exist_ok=True)
-    written = []
-    for level in figures.levels:
-        path = directory / f"latency-c{level.concurrency}.png"
-        path.write_bytes(level_png(level))
-        written.append(path)
-    return written
+    return [
+        write_png(directory / f"latency-c{level.concurrency}.png", level_png(level))
+        for level in figures.levels
+    ]
 
 
 def pictures_markdown(figures: LatencyFigures) -> str:
-    """The pictures embedded in markdown as data: URLs (Prefect's UI renders these inline in
-    a markdown artifact; it can reach no file of ours)."""
+    """The pictures embedded in markdown (gates.picture.markdown_image)."""
     return "\n\n".join(
-        f"![latency CDFs at {level.concurrency} streams](data:image/png;base64,"
-        f"{base64.b64encode(level_png(level)).decode()})"
+        markdown_image(f"latency CDFs at {level.concurrency} streams", level_png(level))
         for level in figures.levels
     )

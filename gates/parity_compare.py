@@ -16,7 +16,7 @@ their probabilities, never by letting one overwrite the other.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Literal
 
 import numpy as np
@@ -128,6 +128,14 @@ class PromptParity(BaseModel):
     divergence: Divergence | None
     golden_prompt_tokens: int | None = None
     candidate_prompt_tokens: int | None = None
+    kl: list[float | None] = Field(
+        default_factory=list,
+        description="KL(golden || candidate) over the top-k per position, up to the divergence",
+    )
+    top_overlap: list[float | None] = Field(
+        default_factory=list,
+        description="share of the top-k both list, per position, up to the divergence",
+    )
 
     @property
     def template_differs(self) -> bool:
@@ -168,6 +176,10 @@ def compare_completion(
     shorter = min(len(keys_g), len(keys_c))
     position = next((i for i in range(shorter) if keys_g[i] != keys_c[i]), shorter)
     head |= {"basis": basis, "n_golden_tokens": len(g_steps), "n_identical": position}
+    # Both sides saw the same context up to and including the first divergence, no further.
+    shared = zip(g_steps[: position + 1], c_steps[: position + 1], strict=False)
+    tops = [(top_by_key(g, basis), top_by_key(c, basis)) for g, c in shared]
+    head |= dict(zip(("kl", "top_overlap"), along(tops), strict=True))
     if position == len(g_steps) == len(c_steps):
         return PromptParity(**head, divergence=None)
     g = g_steps[position] if position < len(g_steps) else None
@@ -175,6 +187,22 @@ def compare_completion(
     return PromptParity(
         **head, divergence=divergence_at(position, g, c, basis, top_k=top_k, max_gap=max_gap)
     )
+
+
+def along(
+    tops: Iterable[tuple[dict[str, float], dict[str, float]]],
+) -> tuple[list[float | None], list[float | None]]:
+    """Per position (golden's and candidate's top-k): KL and the share of the top-k both
+    list; None where a side listed no alternatives."""
+    kls: list[float | None] = []
+    overlaps: list[float | None] = []
+    for g_top, c_top in tops:
+        known = bool(g_top and c_top)
+        kls.append(position_kl(g_top, c_top) if known else None)
+        overlaps.append(
+            len(g_top.keys() & c_top.keys()) / max(len(g_top), len(c_top)) if known else None
+        )
+    return kls, overlaps
 
 
 def _compare_text(golden: str, candidate: str, head: dict) -> PromptParity:
@@ -248,6 +276,8 @@ class TeacherForcedFigures(BaseModel):
     kl_max: float
     top_token_agreement: float
     perplexity_ratio: float | None
+    kl_along: list[float | None] = Field(default_factory=list, description="per position")
+    top_overlap_along: list[float | None] = Field(default_factory=list, description="per position")
 
 
 def compare_teacher_forced(
@@ -269,7 +299,8 @@ def compare_teacher_forced(
     tops = [
         (top_by_key(g, basis), top_by_key(c, basis)) for g, c in zip(golden, candidate, strict=True)
     ]
-    kls = np.array([position_kl(g, c) for g, c in tops])
+    kl_along, overlap_along = along(tops)
+    kls = np.array([k for k in kl_along if k is not None])
     agree = [max(g, key=g.__getitem__) == max(c, key=c.__getitem__) for g, c in tops]
     gaps = [
         g.logprob - c.logprob
@@ -284,6 +315,8 @@ def compare_teacher_forced(
         kl_max=float(kls.max()),
         top_token_agreement=float(np.mean(agree)),
         perplexity_ratio=float(math.exp(np.mean(gaps))) if gaps else None,
+        kl_along=kl_along,
+        top_overlap_along=overlap_along,
     )
 
 

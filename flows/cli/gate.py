@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Annotated, NoReturn
 import typer
 
 if TYPE_CHECKING:
-    from gates.latency import LatencyResult
+    from collections.abc import Callable
+
     from gates.result import GateResult
     from gates.settings import LatencySettings
 
@@ -77,6 +78,10 @@ def parity(
             "completions,chat,teacher_forced,probes,heads (default: all the golden holds)"
         ),
     ] = None,
+    out: Annotated[
+        Path | None,
+        typer.Option(help="write parity.json and parity.png (per prompt: first divergence, KL)"),
+    ] = None,
     as_json: JsonOption = False,
 ) -> None:
     """Greedy answers, teacher-forced logprobs (and probes, heads if recorded) against a
@@ -100,7 +105,14 @@ def parity(
         tolerances = ParityTolerances(**{k: v for k, v in given.items() if v is not None})
     except ValidationError as exc:
         _fail_with_error(f"invalid parity options: {exc}")
-    _emit(run_parity(url, reference, tolerances, model_id=model), as_json=as_json)
+    if out is not None:  # refused before any request, not after them
+        _writable(out)
+    result = run_parity(url, reference, tolerances, model_id=model)
+    if out is not None:
+        from gates.parity_plot import write_picture
+
+        _write_report(result, out / "parity.json", lambda: [write_picture(result.figures, out)])
+    _emit(result, as_json=as_json)
 
 
 @app.command()
@@ -134,7 +146,9 @@ def latency(
     except GateError as exc:
         _fail_with_error(str(exc))
     if out is not None:
-        _write_latency_report(result, out)
+        from gates.latency_plot import write_pictures
+
+        _write_report(result, out / "latency.json", lambda: write_pictures(result.figures, out))
     _emit(result, as_json=as_json)
 
 
@@ -149,15 +163,14 @@ def _writable(out: Path) -> None:
         _cannot_write(out, exc)
 
 
-def _write_latency_report(result: LatencyResult, out: Path) -> None:
-    from gates.latency_plot import write_pictures
-
+def _write_report(result: GateResult, report: Path, pictures: Callable[[], list[Path]]) -> None:
+    """The result as JSON in `report`, then its pictures beside it."""
     try:
-        (out / "latency.json").write_text(result.model_dump_json(indent=2))
-        written = write_pictures(result.figures, out)
+        report.write_text(result.model_dump_json(indent=2))
+        written = pictures()
     except OSError as exc:
-        _cannot_write(out, exc)
-    typer.echo(f"wrote {out / 'latency.json'} and {len(written)} picture(s)", err=True)
+        _cannot_write(report.parent, exc)
+    typer.echo(f"wrote {report} and {len(written)} picture(s)", err=True)
 
 
 def _latency_settings(

@@ -56,6 +56,52 @@ def test_golden_record_then_parity_pass_and_fail(model_server: StartServer, tmp_
     assert "parity gate: FAIL" in failed.output
 
 
+def test_parity_out_writes_the_report_and_a_picture_of_the_divergences(
+    clef_golden: Golden, model_server: StartServer, tmp_path: Path
+) -> None:
+    golden_file = tmp_path / "golden.json"
+    clef_golden.save(golden_file)
+    broken = model_server("clef-flash-candle", *FAST, "--fault", "zero_key_band")
+    good = model_server("clef-flash-candle", *FAST)
+    pictures = {}
+    for name, server in (("broken", broken), ("good", good)):
+        out = tmp_path / name
+        gate = ["gate", "parity", "--url", server.url, "--golden", str(golden_file)]
+        result = runner.invoke(app, [*gate, "--out", str(out)])
+        assert result.exit_code == (1 if name == "broken" else 0), result.output
+        report = json.loads((out / "parity.json").read_text())
+        for prompt in report["figures"]["prompts"]:  # up to the first divergence, no further
+            assert len(prompt["kl"]) == min(prompt["n_identical"] + 1, prompt["n_golden_tokens"])
+        assert len(report["figures"]["teacher_forced"]["kl_along"]) > 0
+        assert sorted(p.name for p in out.iterdir()) == ["parity.json", "parity.png"]
+        with Image.open(out / "parity.png") as picture:
+            assert picture.format == "PNG" and picture.size[0] == 880
+            pictures[name] = picture.convert("RGB")
+    # The failing divergences are drawn as red crosses: on the broken candidate's only.
+    assert _pixels_near(pictures["broken"], (214, 39, 40)) > 30
+    assert _pixels_near(pictures["good"], (214, 39, 40)) == 0
+    # Identical tokens are green bars: the good candidate's are longer.
+    green = (44, 160, 44)
+    assert _pixels_near(pictures["good"], green) > _pixels_near(pictures["broken"], green) > 0
+
+    unwritable = tmp_path / "file"
+    unwritable.write_text("")
+    refused = runner.invoke(
+        app,
+        [
+            "gate",
+            "parity",
+            "--url",
+            good.url,
+            "--golden",
+            str(golden_file),
+            "--out",
+            str(unwritable / "sub"),
+        ],
+    )
+    assert refused.exit_code == 2 and "choose a writable --out" in refused.output
+
+
 def test_smoke_exit_codes(model_server: StartServer) -> None:
     server = model_server("clef-flash-candle", *FAST)
     ok = runner.invoke(app, ["gate", "smoke", "--url", server.url, "--model", "clef-flash"])
