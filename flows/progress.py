@@ -18,6 +18,7 @@ from flows.ledger import ANNOTATION, TERMINAL, Ledger, Phase, parse_ledger
 from flows.outage import OutageClock
 from flows.plan import Plan
 from flows.spec import HandoffSpec
+from flows.timeline import ReadyEndpoints, StepSpan
 
 if TYPE_CHECKING:
     from flows.notify import Notifier
@@ -71,6 +72,8 @@ class HandoffRun:
     evidence: dict[str, Any] = field(default_factory=dict)
     outage: OutageClock | None = None  # in place, from the old pods' stop to the swap
     notifier: Notifier | None = None  # the spec's notify.block
+    spans: list[StepSpan] = field(default_factory=list)  # each step's start and length
+    ready: ReadyEndpoints | None = None  # the Service's ready endpoints, sampled
 
     def advance(self, phase: Phase, **changes: Any) -> None:
         """Record that the handoff reached `phase` (no-op if it already had)."""

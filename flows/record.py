@@ -16,6 +16,7 @@ from flows.kube import read, write
 from flows.kube.client import Kube
 from flows.ledger import HISTORY_ANNOTATION, Ledger, appended_history, history_entries
 from flows.spec import HandoffSpec
+from flows.timeline import StepSpan
 
 
 class Trigger(BaseModel):
@@ -45,6 +46,11 @@ class HandoffRecord(BaseModel):
     evidence_sha256: str | None = None
     trigger: Trigger = Trigger()
     durations_s: dict[str, float] = Field(default_factory=dict)
+    steps: list[StepSpan] = Field(default_factory=list, description="for the timeline")
+    ready_endpoints: list[tuple[float, int]] = Field(
+        default_factory=list, description="(epoch s, ready endpoints) at each change, sampled"
+    )
+    endpoints_note: str | None = Field(None, description="why ready endpoints are missing")
     downtime_bound_s: float | None = None
     downtime_estimate_s: float | None = None
     downtime_measured_s: float | None = Field(

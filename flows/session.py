@@ -18,9 +18,11 @@ from prefect.artifacts import (
 from prefect.runtime import flow_run
 
 from flows.image import PinnedImage
+from flows.kube import read
 from flows.kube.client import Kube, connect
 from flows.lease import ServiceLease, read_holder
 from flows.notify import load_notifier
+from flows.pictures import publish_timeline
 from flows.plan import make_plan
 from flows.progress import HandoffRun, now_iso
 from flows.record import HandoffRecord, Trigger, record
@@ -28,6 +30,7 @@ from flows.render_report import plan_markdown, record_markdown
 from flows.slots import service_slot
 from flows.spec import HandoffSpec, load_spec
 from flows.start import start_or_resume, unfinished
+from flows.timeline import ReadyEndpoints, Timeline
 
 
 def _run_id() -> str:
@@ -69,10 +72,15 @@ def begin(
             progress = create_progress_artifact(progress=0.0, description=f"handoff {spec.name}")
             run.evidence["progress_hook"] = lambda pct: update_progress_artifact(progress, pct)
             try:
-                yield run
+                with ReadyEndpoints(lambda: _ready_count(kube, spec)) as run.ready:
+                    yield run
             finally:  # done, rolled back, failed or cancelled: the run is over either way
                 _complete(progress, f"handoff {spec.name}: {run.ledger.phase}")
     kube.close()
+
+
+def _ready_count(kube: Kube, spec: HandoffSpec) -> int:
+    return len(read.read_endpoints(kube, spec.namespace, spec.service).ready_pods)
 
 
 def _resuming(kube: Kube, spec: HandoffSpec) -> bool:
@@ -113,6 +121,9 @@ def finish(run: HandoffRun, trigger: Trigger | None) -> HandoffRecord:
         evidence_sha256=ledger.evidence_sha256,
         trigger=trigger or Trigger(),
         durations_s=dict(run.timings),
+        steps=list(run.spans),
+        ready_endpoints=run.ready.samples() if run.ready else [],
+        endpoints_note=run.ready.error if run.ready else "not sampled",
         downtime_bound_s=ledger.outage.bound_s if ledger.outage else run.plan.downtime_bound_s,
         downtime_estimate_s=ledger.outage.estimate_s
         if ledger.outage
@@ -140,4 +151,15 @@ def finish(run: HandoffRun, trigger: Trigger | None) -> HandoffRecord:
             key=f"gates-{run.spec.service}",
             description=f"gate verdicts of handoff {run.spec.name}",
         )
+    _publish_timeline(Timeline.model_validate(entry.model_dump()))
     return entry
+
+
+def _publish_timeline(timeline: Timeline) -> None:
+    """The timeline artifact; failing to draw it must not hide how the handoff ended."""
+    try:
+        publish_timeline(timeline)
+    except Exception as exc:  # the record is written: the run's outcome stands
+        get_run_logger().warning(
+            "timeline of handoff %s not published: %s", timeline.handoff_id, exc
+        )

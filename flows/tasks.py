@@ -27,6 +27,7 @@ from flows.progress import HandoffRun
 from flows.render_report import gate_policy_markdown, plan_markdown
 from flows.start import ensure_not_rolling_back
 from flows.stepview import State, StepEvent, notify
+from flows.timeline import StepSpan
 
 T = TypeVar("T")
 STEP_COUNT = 9
@@ -34,7 +35,7 @@ STEP_COUNT = 9
 
 @contextmanager
 def _timed(run: HandoffRun, name: str) -> Iterator[None]:
-    started = time.monotonic()
+    started, wall = time.monotonic(), time.time()
     notify(StepEvent(name, "started"))
     state: State = "failed"
     try:
@@ -42,6 +43,7 @@ def _timed(run: HandoffRun, name: str) -> Iterator[None]:
         state = "done"
     finally:
         run.timings[name] = round(time.monotonic() - started, 3)
+        run.spans.append(StepSpan(name=name, start=wall, seconds=run.timings[name], state=state))
         notify(StepEvent(name, state, run.timings[name]))
         _progress(run)
 

@@ -135,6 +135,18 @@ def rollback(
         console.print(f"handoff {ledger.handoff_id}: {ledger.phase}")
 
 
+def _write_timeline(entry: dict, out: Path) -> None:
+    from flows.timeline import Timeline
+    from flows.timeline_plot import write_timeline
+
+    try:
+        written = write_timeline(Timeline.model_validate(entry), out)
+    except OSError as exc:
+        message = f"cannot write the timeline into {out}: {exc}; choose a writable --out"
+        raise _fail(message, 2) from None
+    typer.echo(f"wrote {written}", err=True)
+
+
 def history(
     run_id: Annotated[
         str | None,
@@ -147,6 +159,13 @@ def history(
         typer.Option("--output", "-o", help="wide, json or yaml (default: columns for 80 chars)."),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Same as -o json.")] = False,
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            help="With RUN_ID: write its timeline picture (steps on one time axis over the "
+            "Service's ready endpoints) here as timeline-HANDOFF_ID.png."
+        ),
+    ] = None,
     kubeconfig: KubeconfigOpt = None,
 ) -> None:
     """Past handoffs: when, service, outcome, strategy, approver, time taken (from the
@@ -161,6 +180,8 @@ def history(
     output = "json" if as_json else output
     if output not in (None, "wide", "json", "yaml"):
         raise _fail(f"-o {output}: expected wide, json or yaml", 2)
+    if out is not None and run_id is None:
+        raise _fail("--out draws one handoff's timeline: give its RUN_ID too", 2)
     try:
         entries = collect_history(
             kubeconfig_or_sandbox(kubeconfig), namespace=namespace, service=service
@@ -177,6 +198,8 @@ def history(
                 2,
             )
         shown = found[0]
+        if out is not None:
+            _write_timeline(shown, out)
     if output == "json":
         typer.echo(json.dumps(shown, indent=2))
     elif output == "yaml":

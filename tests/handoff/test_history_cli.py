@@ -12,12 +12,17 @@ from pathlib import Path
 
 import pytest
 import yaml
+from PIL import Image
+from typer.testing import CliRunner, Result
 
+from flows.cli import app
 from flows.ledger import HISTORY_ANNOTATION
 from flows.record import HandoffRecord, Trigger
+from flows.timeline import StepSpan
 from sandbox.state import SandboxState
 
 SERVICE = "clef-serve-with-a-rather-long-name"
+START = 1_795_946_400.0  # 2026-11-29T10:00:00Z
 
 
 def _records(namespace: str) -> list[dict[str, object]]:
@@ -33,6 +38,16 @@ def _records(namespace: str) -> list[dict[str, object]]:
         approver="ada.lovelace@example.org",
         trigger=Trigger(source="forgejo", merge_commit="c" * 40),
         durations_s={"apply": 1.234, "warm": 20.51, "gates": 95.06, "swap": 0.4},
+        steps=[  # as the flow times them; gates waited 0.5 s after warm
+            StepSpan(name=name, start=START + at, seconds=seconds, state="done")
+            for name, at, seconds in (
+                ("apply", 0.0, 1.234),
+                ("warm", 1.3, 20.51),
+                ("gates", 22.3, 95.06),
+                ("swap", 117.5, 0.4),
+            )
+        ],
+        ready_endpoints=[(START, 1), (START + 117.6, 2), (START + 126.0, 1)],
         started_at="2026-11-29T10:00:00Z",
         finished_at="2026-11-29T10:02:07Z",
     )
@@ -43,6 +58,8 @@ def _records(namespace: str) -> list[dict[str, object]]:
             "gates": {"smoke": "pass", "parity": "fail"},
             "cause": "parity gate: 3 of 8 prompts diverge at token 0",
             "approver": None,
+            "steps": [],
+            "ready_endpoints": [],
             "started_at": "2026-11-29T11:00:00Z",
             "finished_at": "2026-11-29T11:01:30Z",
         }
@@ -118,6 +135,45 @@ def test_one_handoff_in_full(recorded: str, env: dict[str, str]) -> None:
     assert one["approver"] == "ada.lovelace@example.org"
     missing = _history(env, "--namespace", recorded, "ffff")
     assert missing.returncode == 2 and "found 0" in missing.stdout
+
+
+def _pixels_near(image: Image.Image, colour: tuple[int, int, int]) -> int:
+    return sum(
+        1
+        for pixel in image.get_flattened_data()
+        if all(abs(a - b) <= 30 for a, b in zip(pixel, colour, strict=True))
+    )
+
+
+def _in_process(env: dict[str, str], *args: str) -> Result:
+    return CliRunner().invoke(app, ["history", *args], env=env)
+
+
+def test_one_handoffs_timeline_as_a_file(
+    recorded: str, env: dict[str, str], tmp_path: Path
+) -> None:
+    """In process (the CLI's start-up is what the other tests pay for)."""
+    pictures = {}
+    for run_id in ("0b5c1e2a-done", "7f00aa11-rb"):
+        result = _in_process(env, "--namespace", recorded, run_id, "--out", str(tmp_path))
+        assert result.exit_code == 0, result.output
+        path = tmp_path / f"timeline-{run_id}.png"
+        assert f"wrote {path}" in result.stderr
+        with Image.open(path) as picture:
+            assert picture.format == "PNG" and picture.size[0] == 880
+            pictures[run_id] = picture.convert("RGB")
+    done, rolled_back = pictures["0b5c1e2a-done"], pictures["7f00aa11-rb"]
+    # Timed steps are drawn in their state's colour over the sampled ready endpoints (blue);
+    # a record without them shows its durations in grey and no endpoint line.
+    assert (
+        _pixels_near(done, (44, 160, 44)) > 1000 and _pixels_near(rolled_back, (44, 160, 44)) == 0
+    )
+    assert _pixels_near(rolled_back, (128, 128, 128)) > 1000
+    assert (
+        _pixels_near(done, (31, 119, 180)) > 100 and _pixels_near(rolled_back, (31, 119, 180)) == 0
+    )
+    alone = _in_process(env, "--namespace", recorded, "--out", str(tmp_path))
+    assert alone.exit_code == 2 and "give its RUN_ID too" in alone.output
 
 
 def test_without_a_kubeconfig_the_running_sandbox_is_used_and_named(

@@ -1,0 +1,74 @@
+"""The timeline picture: the handoff's steps as bars on one time axis, over the Service's
+ready endpoints; the caption under it says what was measured and what was not."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+from flows.timeline import Timeline
+from gates.picture import markdown_image, new_figure, png, write_png
+
+ALT = "handoff timeline"
+COLOURS = {"done": "tab:green", "failed": "tab:red"}
+ROLLBACK = "tab:orange"
+
+
+def timeline_png(timeline: Timeline) -> bytes:
+    spans = timeline.spans()
+    starts = [s.start for s in spans] + [at for at, _ in timeline.ready_endpoints]
+    zero = min(starts, default=0.0)
+    figure = new_figure(11, 1.9 + 0.3 * max(1, len(spans)))
+    steps, ready = figure.subplots(
+        2, 1, sharex=True, height_ratios=[max(1, len(spans)), 2.2], squeeze=True
+    )
+    figure.suptitle(
+        f"handoff {timeline.spec or '-'} of {timeline.namespace or '-'}/"
+        f"{timeline.service or '-'}: {timeline.outcome or '-'}"
+    )
+    for row, span in enumerate(spans):
+        colour = ROLLBACK if span.name == "rollback" else COLOURS.get(span.state, "tab:grey")
+        steps.barh(row, max(span.seconds, 0.05), left=span.start - zero, color=colour)
+        steps.text(
+            span.start - zero + span.seconds,
+            row,
+            f" {span.seconds:.1f} s",
+            va="center",
+            fontsize="x-small",
+        )
+    steps.set_yticks(range(len(spans)), [s.name for s in spans], fontsize="small")
+    steps.invert_yaxis()
+    steps.grid(axis="x", alpha=0.3)
+    steps.set_title(
+        "steps" + ("" if timeline.measured_steps else " (end to end from durations)"),
+        fontsize="small",
+    )
+    _ready(ready, timeline, zero)
+    ready.set_xlabel("seconds since the first step")
+    figure.supxlabel(textwrap.fill(timeline.caption(), 160), fontsize="x-small", color="dimgrey")
+    return png(figure)
+
+
+def _ready(axes, timeline: Timeline, zero: float) -> None:  # type: ignore[no-untyped-def]
+    axes.set_ylabel("ready\nendpoints", fontsize="small")
+    axes.grid(alpha=0.3)
+    samples = timeline.ready_endpoints
+    if not samples:
+        axes.text(0.5, 0.5, "not sampled", ha="center", va="center", transform=axes.transAxes)
+        axes.set_yticks([])
+        return
+    times = [at - zero for at, _ in samples]
+    counts = [n for _, n in samples]
+    axes.step(times, counts, where="post", color="tab:blue", linewidth=2)
+    axes.fill_between(times, counts, step="post", color="tab:blue", alpha=0.2)
+    axes.set_ylim(0, max(counts) + 1)
+    axes.yaxis.get_major_locator().set_params(integer=True)
+
+
+def write_timeline(timeline: Timeline, directory: Path) -> Path:
+    """timeline-HANDOFF_ID.png in DIRECTORY."""
+    return write_png(directory / f"timeline-{timeline.handoff_id}.png", timeline_png(timeline))
+
+
+def timeline_markdown(timeline: Timeline) -> str:
+    return markdown_image(ALT, timeline_png(timeline))
