@@ -12,6 +12,8 @@ other parts still run: the ledger always ends rolled back.
 
 from __future__ import annotations
 
+import dataclasses
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -20,7 +22,7 @@ from flows.kube import read, write
 from flows.kube.client import Kube
 from flows.kube.objects import owned_by_deployment
 from flows.kube.wait import wait_pods, wait_rolled_out
-from flows.lease import LeaseLost
+from flows.lease import LeaseLost, ServiceLease
 from flows.ledger import TERMINAL, Ledger, Phase, WorkloadSnapshot
 from flows.progress import read_ledger, save_ledger
 from flows.record import announce
@@ -28,6 +30,15 @@ from flows.render import candidate_name, is_twin
 from flows.spec import HandoffSpec
 
 RESTORE_S = 300.0
+
+
+def rollback_by_hand(kube: Kube, spec: HandoffSpec, *, cause: str) -> Ledger | None:
+    """`handoff rollback`: under the Service's Lease, like a handoff, so it never writes
+    while a live handoff does (HandoffInProgress names that run) and its own writes stop
+    if it loses the Lease."""
+    holder = f"rollback-{uuid.uuid4().hex[:12]}"
+    with ServiceLease(kube, spec.namespace, spec.service, holder) as lease:
+        return rollback(dataclasses.replace(kube, fence=lease.check), spec, cause=cause)
 
 
 def rollback(kube: Kube, spec: HandoffSpec, *, cause: str) -> Ledger | None:

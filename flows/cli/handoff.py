@@ -118,15 +118,16 @@ def rollback(
     kubeconfig: KubeconfigOpt = None,
     reason: Annotated[str, typer.Option(help="Recorded as the cause.")] = "manual rollback",
 ) -> None:
-    """Restore the Service and workloads from the snapshot recorded on the Service."""
+    """Restore the Service and workloads from the snapshot recorded on the Service (under
+    the Service's Lease: refused while a live handoff holds it)."""
     from flows.errors import HandoffError
     from flows.kube.client import connect
-    from flows.rollback import rollback as do_rollback
+    from flows.rollback import rollback_by_hand
     from flows.spec import load_spec
 
     try:
         handoff_spec = load_spec(spec)
-        ledger = do_rollback(connect(kubeconfig), handoff_spec, cause=reason)
+        ledger = rollback_by_hand(connect(kubeconfig), handoff_spec, cause=reason)
     except HandoffError as exc:
         raise _fail(str(exc), 2) from None
     if ledger is None:
