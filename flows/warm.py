@@ -19,6 +19,8 @@ from dataclasses import dataclass
 
 from flows.errors import PermanentError
 from flows.kube import read, write
+from flows.kube.admission import admission_refusal
+from flows.kube.client import Kube
 from flows.kube.objects import PodSnapshot, ReplicaSetSnapshot
 from flows.kube.portforward import pod_forward, problems_note
 from flows.kube.wait import WaitTimedOut, wait_pods, wait_replica_sets
@@ -55,16 +57,14 @@ class WarmVerdict:
     pod: str | None = None
 
 
-# How the apiserver words an admission refusal (quota, LimitRange, pod security: 403;
-# a pod that fails validation: 422). Other create errors are retried by the ReplicaSet.
-REFUSED = ("is forbidden", "is invalid")
-
-
-def decide_created(replica_sets: list[ReplicaSetSnapshot], want: int) -> WarmVerdict | None:
-    """Failing when admission refuses a ReplicaSet's pods, done once `want` pods exist,
-    else None. The ReplicaSet names itself in `pod`, for the evidence."""
+def decide_created(
+    replica_sets: list[ReplicaSetSnapshot], want: int, passing: frozenset[str] = frozenset()
+) -> WarmVerdict | None:
+    """A ReplicaSet failing to create its pods (for a reason not yet found `passing`),
+    done once `want` pods exist, else None. The ReplicaSet names itself in `pod`; whether
+    its failure is an admission refusal is asked of the apiserver (flows/kube/admission.py)."""
     for rs in replica_sets:
-        if rs.failure and any(words in rs.failure for words in REFUSED):
+        if rs.failure and rs.failure not in passing:
             return WarmVerdict(
                 failure=f"ReplicaSet {rs.name} cannot create its pods: {rs.failure}", pod=rs.name
             )
@@ -123,16 +123,11 @@ def wait_candidate_ready(run: HandoffRun, replicas: int) -> tuple[str, ...]:
     write.scale_deployment(run.kube, spec.namespace, run.candidate_name, replicas)
     deadline = compute_startup_allowance(load_manifest(spec), spec.candidate.container) + 60.0
     started = time.monotonic()
-    created = wait_replica_sets(
-        run.kube,
-        spec.namespace,
-        candidate_selector(run),
-        decide=lambda replica_sets: decide_created(replica_sets, replicas),
-        deadline_s=run.limit(deadline),
-        what=f"{replicas} pod(s) of {run.candidate_name} to be created",
+    refused = wait_created(
+        run.kube, spec.namespace, candidate_selector(run), replicas, run.limit(deadline)
     )
-    if created.failure:
-        raise CandidateFailed(created.failure, _events(run, created.pod))
+    if refused.failure:
+        raise CandidateFailed(refused.failure, _events(run, refused.pod))
     if spec.candidate.capacity_wait_s > 0:
         _wait_for_capacity(run, replicas)
     verdict = wait_pods(
@@ -147,6 +142,33 @@ def wait_candidate_ready(run: HandoffRun, replicas: int) -> tuple[str, ...]:
         raise CandidateFailed(verdict.failure, _evidence(run, verdict.pod))
     run.evidence.setdefault("candidate_start_s", round(time.monotonic() - started, 2))
     return verdict.ready
+
+
+def wait_created(
+    kube: Kube, namespace: str, selector: dict[str, str], want: int, deadline_s: float
+) -> WarmVerdict:
+    """Wait until `want` pods exist; fail at once when admission refuses them (the
+    apiserver's status says so), keep waiting through failures it does not confirm."""
+    deadline, passing = time.monotonic() + deadline_s, set[str]()
+    while True:
+        created = wait_replica_sets(
+            kube,
+            namespace,
+            selector,
+            decide=lambda replica_sets: decide_created(replica_sets, want, frozenset(passing)),
+            deadline_s=max(0.0, deadline - time.monotonic()),
+            what=f"{want} pod(s) of {selector} to be created",
+        )
+        if not created.failure or created.pod is None:
+            return created
+        refusal = admission_refusal(kube, namespace, created.pod)
+        if refusal is not None:
+            return WarmVerdict(
+                failure=f"{created.failure} (admission refused it: {refusal})", pod=created.pod
+            )
+        passing.add(
+            created.failure.removeprefix(f"ReplicaSet {created.pod} cannot create its pods: ")
+        )
 
 
 def _wait_for_capacity(run: HandoffRun, replicas: int) -> None:

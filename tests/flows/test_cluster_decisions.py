@@ -71,13 +71,17 @@ QUOTA = 'pods "c-x" is forbidden: exceeded quota: gpus'
             f"ReplicaSet c cannot create its pods: FailedCreate: {QUOTA}",
         ),
         ([rs("c", created=1, failure=f"FailedCreate: {QUOTA}")], 2, "exceeded quota"),
+        # worded as no refusal is: still a failure to ask the apiserver about
+        ([rs("c", created=0, failure="FailedCreate: denied: no GPUs today")], 1, "no GPUs"),
+        # once the apiserver admitted a pod like it, the same failure is waited through
         ([rs("c", created=0, failure="FailedCreate: etcdserver: request timed out")], 1, None),
     ],
 )
 def test_created_verdict(
     replica_sets: list[ReplicaSetSnapshot], want: int, outcome: str | None
 ) -> None:
-    verdict = decide_created(replica_sets, want)
+    passing = frozenset({"FailedCreate: etcdserver: request timed out"})
+    verdict = decide_created(replica_sets, want, passing)
     if outcome is None:
         assert verdict is None
     elif outcome == "created":
