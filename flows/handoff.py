@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from prefect import flow, get_run_logger
 from prefect.exceptions import Abort, TerminationSignal
-from prefect.runtime import flow_run
+from prefect.runtime import deployment
 from prefect.states import Cancelled
 
 from flows.newest import Superseded, ensure_newest, is_merge
@@ -48,7 +48,7 @@ def handoff(
 
     A run started by an event or a deployment reads its spec only from the repository's
     specs directory (flows/spec_paths.py); one started by hand reads the file named."""
-    if is_merge(trigger) or flow_run.deployment_id:
+    if is_merge(trigger) or deployment.id:
         try:
             spec_file = str(confine(spec_file, specs_dir()))
         except SpecRefused as exc:

@@ -95,3 +95,10 @@ def test_the_relay_emits_no_event_for_a_symlink_out_of_the_specs_directory(
     assert response.status_code == 200, response.text
     assert response.json()["outcome"] != "emitted", response.text
     assert merges(prefect, spec_repo, "alpha") == []
+
+
+def test_a_run_by_hand_reads_the_file_it_names(in_repo: SpecRepo) -> None:
+    # no merge, no deployment: a person's own file is read (here: it is not YAML)
+    state = handoff(spec_file="notes/evil.yaml", return_state=True)
+    assert state.is_failed(), state
+    assert "not valid YAML" in str(state.result(raise_on_failure=False))
