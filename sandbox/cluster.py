@@ -11,6 +11,8 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from sandbox.modelserver.surface import Surface
+
 DEFAULT_CLUSTER_FILE = (
     Path(__file__).resolve().parent.parent / "manifests" / "sandbox" / "cluster.yaml"
 )
@@ -43,8 +45,12 @@ class ModelRule(BaseModel):
     profile: str
     model_id: str | None = Field(default=None, description="served name, if not the profile's")
     cold_start_s: float = Field(
-        default=0.0, ge=0, description="real start-up time before /health answers 200; scaled"
+        default=0.0,
+        ge=0,
+        description="real start-up time (scaled): /health answers 503 meanwhile, or with the "
+        "candle-vllm surface the port stays closed",
     )
+    surface: Surface = Field(default="openai", description="the routes the server has")
 
     def matches(self, server: str | None, words: str) -> bool:
         return self.server == server and (self.weights is None or self.weights in words)

@@ -1,7 +1,8 @@
 """What process a container runs: the simulated model server, its profile and faults.
 
 The profile comes from the cluster description's ``models`` rules (image server label +
-weights named in the container). Faults come from the image (``dev.handoff.sim.faults``)
+weights named in the container), and with it the HTTP surface (candle-vllm's routes only)
+and the cold start. Faults come from the image (``dev.handoff.sim.faults``)
 and from the node: a container that requests ``nvidia.com/gpu`` in a pod without
 ``runtimeClassName: nvidia`` runs under runc, never gets libcuda injected, and crashes at
 start-up (``crash_on_start``) — the seed's incident.
@@ -81,9 +82,14 @@ def server_argv(
     faults = list(image.build.faults) if image.build else []
     if requests_gpu(container) and spec.runtime_class_name != GPU_RUNTIME_CLASS:
         faults.append("crash_on_start")
-    if rule.cold_start_s:
+    if rule.surface != "openai":
+        argv += ["--surface", rule.surface]
+    cold_start_s = str(rule.cold_start_s * cluster.time_scale)
+    if rule.cold_start_s and rule.surface == "candle-vllm":  # loads before it listens
+        argv += ["--load-s", cold_start_s]
+    elif rule.cold_start_s:
         faults.append("slow_start")
-        argv += ["--slow-start-s", str(rule.cold_start_s * cluster.time_scale)]
+        argv += ["--slow-start-s", cold_start_s]
     for fault in dict.fromkeys(faults):
         argv += ["--fault", fault]
     return argv

@@ -5,7 +5,10 @@ and which model-server command (profile, faults) a container gets."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+import yaml
 from kubernetes.client import V1Container, V1PodSpec, V1ResourceRequirements
 
 from sandbox.cluster import load_cluster
@@ -13,7 +16,10 @@ from sandbox.kubelet.backoff import Backoff
 from sandbox.kubelet.command import ContainerConfigError, server_argv
 from sandbox.kubelet.images import PulledImage
 from sandbox.kubelet.status import Conditions, go_duration, pod_phase
+from sandbox.modelserver.surface import CANDLE_VLLM_ROUTES
 from sandbox.simbuild import SimBuild
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_backoff_is_immediate_then_doubles_to_the_cap() -> None:
@@ -145,3 +151,21 @@ def test_cold_start_is_scaled_by_the_time_scale() -> None:
     argv = _argv("clef-serve", ["--model", "/mnt/models/clef-flash"], gpus=1, runtime="nvidia")
     assert _flag(argv, "--fault") == ["slow_start"]
     assert float(_flag(argv, "--slow-start-s")[0]) == 240 * load_cluster().time_scale
+
+
+def test_candle_vllm_clef_runs_chat_only_and_loads_before_its_port_opens() -> None:
+    argv = _argv("candle-vllm", ["--w", "/mnt/models/clef-flash"], gpus=1, runtime="nvidia")
+    assert _flag(argv, "--surface") == ["candle-vllm"]
+    assert float(_flag(argv, "--load-s")[0]) > 0 and _flag(argv, "--fault") == []
+
+
+def test_clef_candle_probes_only_what_candle_vllm_serves_and_waits_for_its_load() -> None:
+    manifest = yaml.safe_load((ROOT / "manifests/llm-serving/clef-candle.yaml").read_text())
+    [container] = manifest["spec"]["template"]["spec"]["containers"]
+    probes = [container.get(k) for k in ("startupProbe", "readinessProbe", "livenessProbe")]
+    for probe in filter(None, probes):
+        assert "tcpSocket" in probe or probe["httpGet"]["path"] in CANDLE_VLLM_ROUTES, probe
+    startup = container["startupProbe"]
+    rule = load_cluster().model_for("candle-vllm", "--w /mnt/models/clef-flash")
+    assert rule is not None and rule.cold_start_s > 0
+    assert startup["periodSeconds"] * startup["failureThreshold"] >= 2 * rule.cold_start_s
