@@ -31,7 +31,14 @@ from flows.logfile import logs_to
 from flows.stepview import Listener, StepEvent, listening, shown_live
 from sandbox import manager
 from sandbox.proxy import address_of
-from sandbox.seed import World, apply_before_state, create_world, merge_gdn_fix, publish_candle
+from sandbox.seed import (
+    CLIENT_API,
+    World,
+    apply_before_state,
+    create_world,
+    merge_gdn_fix,
+    publish_candle,
+)
 from sandbox.state import SandboxState
 from sandbox.traffic import ClientLoad
 
@@ -112,7 +119,9 @@ def run_handoff(
     """One handoff as a Prefect flow, with client traffic through the Service and its
     step table live on `console`.
 
-    The clients name no model, so they keep working whichever model the Service serves.
+    The clients name no model, so they keep working whichever model the Service serves,
+    and send what the Service's clients send (chat to clef-serve: candle-vllm has no
+    raw completions).
     """
     from prefect import tags
 
@@ -123,7 +132,7 @@ def run_handoff(
     outcome, image, strategy = "failed", None, None
     estimate = declared = measured = None
     with (
-        ClientLoad(url, streams=4) as load,
+        ClientLoad(url, api=CLIENT_API[service], streams=4) as load,
         tags(f"service:{service}", f"handoff:{spec}"),
         shown_live(console, title=f"handoff {spec}"),
         listening(link_printer(console, spec)),

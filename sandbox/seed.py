@@ -9,6 +9,7 @@ Images keep their real names in the manifests; `image_overrides()` gives the
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 import git
 import yaml
@@ -24,6 +25,12 @@ LLM_SERVING = ROOT / "manifests" / "llm-serving"
 REAL_REGISTRY = "forgejo.riotpiao.com"
 ORG = "riotpiao-poimen"
 NAMESPACE = "llm-serving"
+# What the seeds' clients send through each Service: clef-serve moves to candle-vllm,
+# which serves chat only, so its clients speak chat to both servers.
+CLIENT_API: dict[str, Literal["completions", "chat"]] = {
+    "clef-serve": "chat",
+    "coder-predictor": "completions",
+}
 BEFORE_FILES = (
     "namespace.yaml",
     "coder-service.yaml",

@@ -1,8 +1,9 @@
 """Client traffic through a Service, to show a handoff is invisible to clients.
 
-A bounded closed loop of completions against one loopback address (the sandbox's
-service proxy), each request timed and its outcome kept, so a test or the demo can
-count failures and measure how long the Service was unavailable.
+A bounded closed loop of streamed completions or chat turns against one loopback
+address (the sandbox's service proxy), each request timed and its outcome kept, so a test
+or the demo can count failures and measure how long the Service was unavailable. Clients
+of a Service that moves to candle-vllm speak chat: it has no /v1/completions.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import Literal
 
 import httpx
 
@@ -23,6 +25,7 @@ class Outcome:
 
 
 _UNANSWERED = (False, "no response: the connection closed before any byte")
+_PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
 
 
 @dataclass
@@ -31,6 +34,7 @@ class ClientLoad:
 
     url: str
     model: str | None = None  # None: the server's own model (no "model" field sent)
+    api: Literal["completions", "chat"] = "completions"
     streams: int = 4
     max_tokens: int = 8
     max_requests: int = 20000  # the loop is bounded in count as well as in time
@@ -57,13 +61,16 @@ class ClientLoad:
             thread.join(timeout=60)
 
     def _loop(self, deadline: float) -> None:
-        body = {
+        body: dict[str, object] = {
             "model": self.model,
-            "prompt": "ping",
             "max_tokens": self.max_tokens,
             "temperature": 0,
             "stream": True,
         }
+        if self.api == "chat":
+            body["messages"] = [{"role": "user", "content": "ping"}]
+        else:
+            body["prompt"] = "ping"
         with httpx.Client(timeout=httpx.Timeout(30.0, connect=5.0)) as client:
             while not self._stop.is_set() and time.monotonic() < deadline:
                 with self._lock:
@@ -85,7 +92,7 @@ class ClientLoad:
 
     def _attempt(self, client: httpx.Client, body: dict[str, object]) -> tuple[bool, str]:
         try:
-            with client.stream("POST", f"{self.url}/v1/completions", json=body) as response:
+            with client.stream("POST", self.url + _PATHS[self.api], json=body) as response:
                 text = "".join(response.iter_text())
             if response.status_code != 200:
                 return False, f"HTTP {response.status_code}: {text[:120]}"

@@ -23,7 +23,7 @@ from flows.ledger import ANNOTATION, HISTORY_ANNOTATION, history_entries, parse_
 from flows.plan import make_plan
 from sandbox.cluster import load_cluster
 from sandbox.proxy import address_of
-from sandbox.seed import World
+from sandbox.seed import CLIENT_API, World
 from sandbox.state import SandboxState
 from sandbox.traffic import ClientLoad
 from tests.handoff.ownership import assert_runs_exactly_the_candidate, users_changed_the_coder
@@ -160,7 +160,7 @@ def _approve_plan_and_fail(
     """Approve the in-place plan, then expect the run to fail and roll back without
     pausing again; the history record and the clients' view."""
     url = "http://" + address_of(sandbox.run_dir, namespace, svc, 80)
-    with ClientLoad(url, streams=4) as load:
+    with ClientLoad(url, api=CLIENT_API[svc], streams=4) as load:
         run = PausingRun.start(spec_file, env)
         try:
             plan_key = run.wait_paused()

@@ -14,6 +14,7 @@ import pytest
 from flows.kube.client import Kube
 from flows.ledger import parse_ledger
 from sandbox.proxy import address_of
+from sandbox.seed import CLIENT_API
 from sandbox.state import SandboxState
 from sandbox.traffic import ClientLoad
 from tests.world import run_handoff, service, spec_in, start_handoff
@@ -51,7 +52,7 @@ def test_killed_handoff_converges_on_rerun(
 ) -> None:
     spec_file = spec_in(seeded, "clef-candle", tmp_path)
     url = "http://" + address_of(sandbox.run_dir, seeded, "clef-serve", 80)
-    with ClientLoad(url, streams=4) as load:
+    with ClientLoad(url, api=CLIENT_API["clef-serve"], streams=4) as load:
         first = start_handoff(spec_file, handoff_env, "--auto-approve")
         _kill_at(kube, seeded, first, phase)
         killed = parse_ledger(service(kube, seeded, "clef-serve").metadata.annotations)

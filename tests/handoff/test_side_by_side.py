@@ -15,6 +15,7 @@ from flows.kube.client import Kube
 from flows.ledger import history_entries, parse_ledger
 from flows.stepview import STEPS
 from sandbox.proxy import address_of
+from sandbox.seed import CLIENT_API
 from sandbox.state import SandboxState
 from sandbox.traffic import ClientLoad
 from tests.world import (
@@ -38,7 +39,7 @@ def _service_events(kube: Kube, namespace: str, reason: str) -> list[str]:
 
 def _clients(sandbox: SandboxState, namespace: str) -> ClientLoad:
     url = "http://" + address_of(sandbox.run_dir, namespace, "clef-serve", 80)
-    return ClientLoad(url, streams=16)
+    return ClientLoad(url, api=CLIENT_API["clef-serve"], streams=16)
 
 
 def test_clef_candle_side_by_side_without_a_failed_request(

@@ -15,6 +15,7 @@ import pytest
 
 from sandbox.modelserver import ServerConfig
 from sandbox.modelserver.launch import ServerProcess, start
+from sandbox.traffic import ClientLoad
 
 LOAD_S = 2.0
 
@@ -103,3 +104,15 @@ def test_chat_answers_plain_and_streamed(client: httpx.Client) -> None:
     deltas = [json.loads(e)["choices"] for e in events[:-1]]
     streamed = "".join(c[0]["delta"].get("content") or "" for c in deltas if c)
     assert streamed == text
+
+
+def test_client_traffic_speaks_chat_to_it(client: httpx.Client) -> None:
+    url = str(client.base_url).rstrip("/")
+    with ClientLoad(url, api="chat", streams=2, max_requests=6) as load:
+        while len(load.outcomes) < 6:
+            time.sleep(0.05)
+    assert load.succeeded >= 6 and not load.failed
+    with ClientLoad(url, streams=1, max_requests=1) as load:  # raw completions: 404
+        while not load.outcomes:
+            time.sleep(0.05)
+    assert [o.detail[:8] for o in load.failed] == ["HTTP 404"]
