@@ -14,5 +14,5 @@ def prefect(
     return shared_prefect(request, tmp_path_factory.mktemp("prefect"))
 
 
-# The model servers the latency pictures measure.
-from tests.gates.conftest import model_server  # noqa: E402, F401
+# The model servers the pictures measure, and the golden the parity picture compares with.
+from tests.gates.conftest import clef_golden, model_server  # noqa: E402, F401
