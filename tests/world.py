@@ -253,9 +253,10 @@ def handoff_report(sandbox: SandboxState, flow_run_id: str) -> str:
     return _markdown(sandbox, flow_run_id, "handoff-")
 
 
-def handoff_pictures(sandbox: SandboxState, flow_run_id: str) -> str:
-    """The latency gate's pictures artifact (markdown with embedded PNGs) of the run."""
-    return _markdown(sandbox, flow_run_id, "latency-")
+def handoff_pictures(sandbox: SandboxState, flow_run_id: str, kind: str = "latency") -> str:
+    """The run's pictures artifact of `kind` (latency, parity, timeline): markdown with
+    embedded PNGs."""
+    return _markdown(sandbox, flow_run_id, f"{kind}-")
 
 
 def handoff_progress(sandbox: SandboxState, flow_run_id: str) -> float:

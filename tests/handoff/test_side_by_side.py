@@ -69,6 +69,14 @@ def test_clef_candle_side_by_side_without_a_failed_request(
     assert record["gates"] == {"smoke": "pass", "parity": "pass", "task": "pass", "latency": "pass"}
     pictures = handoff_pictures(sandbox, record["flow_run_id"])
     assert pictures.startswith("## latency gate: pass") and "](data:image/png;base64," in pictures
+    parity = handoff_pictures(sandbox, record["flow_run_id"], "parity")
+    assert parity.startswith("## parity gate: pass") and "](data:image/png;base64," in parity
+    # The timeline: every step timed in order, and the Service never without a ready endpoint.
+    assert [s["name"] for s in record["steps"]] == list(STEPS)
+    assert record["ready_endpoints"] and all(n >= 1 for _, n in record["ready_endpoints"])
+    timeline = handoff_pictures(sandbox, record["flow_run_id"], "timeline")
+    assert timeline.startswith("## timeline: done") and "](data:image/png;base64," in timeline
+    assert "ready endpoints: the Service's Endpoints read every 1 s" in timeline
     assert any("ancestor" in fix for fix in record["fixes"])
     completed = _service_events(kube, seeded, "HandoffCompleted")
     assert any(m.startswith(f"handoff {ledger.handoff_id} (clef-candle): done") for m in completed)
@@ -100,6 +108,12 @@ def test_wrong_answers_roll_back(
     assert handoff_progress(sandbox, flow_run_id) == 100.0  # a rollback ends the run
     pictures = handoff_pictures(sandbox, flow_run_id)  # failed gates show theirs too
     assert pictures.startswith("## latency gate: ") and "](data:image/png;base64," in pictures
+    parity = handoff_pictures(sandbox, flow_run_id, "parity")
+    assert parity.startswith("## parity gate: fail") and "](data:image/png;base64," in parity
+    timeline = handoff_pictures(sandbox, flow_run_id, "timeline")  # a rollback draws one too
+    assert timeline.startswith("## timeline: rolled-back"), timeline[:200]
+    steps = [s["name"] for s in history_entries(svc.metadata.annotations)[-1]["steps"]]
+    assert steps[-2:] == ["gates", "rollback"], steps
     report = handoff_report(sandbox, flow_run_id)  # its verdict and reason first
     lines = report.splitlines()
     assert lines[0].endswith(": rolled-back") and lines[1].startswith("**Cause:** gates did not")
