@@ -14,7 +14,7 @@ from types import TracebackType
 from pydantic import BaseModel, ConfigDict, Field
 
 SAMPLE_INTERVAL_S = 1.0
-SAMPLES_KEPT = 400  # changes only; a flapping endpoint must not fill the history annotation
+SAMPLES_KEPT = 120  # changes only; a flapping endpoint must not fill the history annotation
 NOT_MEASURED_CLIENTS = "client error rate: not measured by the handoff (it sends no client traffic)"
 
 
@@ -64,11 +64,15 @@ class Timeline(BaseModel):
         )
         ready = (
             f"ready endpoints: the Service's Endpoints read every {SAMPLE_INTERVAL_S:g} s by the "
-            "flow while it ran"
+            "flow while it ran" + (f" ({self.endpoints_note})" if self.endpoints_note else "")
             if self.ready_endpoints
             else f"ready endpoints: not sampled ({self.endpoints_note or 'not recorded'})"
         )
         return f"{steps}; {ready}; {NOT_MEASURED_CLIENTS}."
+
+
+def _hms(epoch: float) -> str:
+    return dt.datetime.fromtimestamp(epoch, dt.UTC).strftime("%H:%M:%S")
 
 
 def _epoch(stamp: str | None) -> float | None:
@@ -115,12 +119,15 @@ class ReadyEndpoints:
         now = round(time.time(), 2)
         with self._lock:
             if self._changes and self._changes[-1][1] == count:
-                if len(self._changes) > 1 and self._changes[-2][1] == count:
+                equals = len(self._changes) > 1 and self._changes[-2][1] == count
+                if equals or len(self._changes) >= SAMPLES_KEPT:
                     self._changes[-1] = (now, count)  # the last sample of a run of equals moves
                 else:
                     self._changes.append((now, count))
             elif len(self._changes) < SAMPLES_KEPT:
                 self._changes.append((now, count))
+            elif self.error is None:
+                self.error = f"more than {SAMPLES_KEPT} changes: not kept after {_hms(now)} UTC"
 
     def samples(self) -> list[tuple[float, int]]:
         """Every change so far, after one more reading."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from flows.timeline import ReadyEndpoints, Timeline
+from flows.timeline import SAMPLES_KEPT, ReadyEndpoints, Timeline
 
 
 def _counter(*readings: int | Exception) -> Callable[[], int]:
@@ -30,6 +30,16 @@ def test_ready_endpoints_keep_each_change_and_the_last_reading() -> None:
     assert [n for _, n in kept] == [1, 1, 2, 0, 0, 2]
     times = [at for at, _ in kept]
     assert times == sorted(times) and ready.error is None
+
+
+def test_a_flapping_count_is_kept_up_to_a_limit_and_the_rest_said_to_be_missing() -> None:
+    ready = ReadyEndpoints(_counter(*[i % 2 for i in range(SAMPLES_KEPT + 11)]))
+    for _ in range(SAMPLES_KEPT + 10):
+        ready.sample()
+    assert len(ready.samples()) == SAMPLES_KEPT
+    assert ready.error is not None and ready.error.startswith(f"more than {SAMPLES_KEPT} changes")
+    caption = Timeline(ready_endpoints=[(0.0, 1)], endpoints_note=ready.error).caption()
+    assert f"while it ran ({ready.error})" in caption
 
 
 def test_a_failed_read_is_named_and_sampling_goes_on() -> None:
