@@ -81,6 +81,9 @@ def test_a_late_plan_approval_costs_no_downtime_and_the_gates_swap_alone(
     assert 0 < load.unavailable_s() <= record["downtime_estimate_s"]
     assert 0 < record["downtime_measured_s"] <= record["downtime_estimate_s"]
     assert load.outcomes[-1].ok, "clients are served again after the swap"
+    # The timeline's sampled ready endpoints show the outage: served, none, served again.
+    counts = [n for _, n in record["ready_endpoints"]]
+    assert counts[0] >= 1 and 0 in counts and counts[-1] >= 1, counts
     assert_runs_exactly_the_candidate(kube, seeded, spec_file, handoff_env, monkeypatch)
     # The candidate's start is in the history now: the next declaration uses it.
     again = make_plan(kube, load_spec_as_run(spec_file, handoff_env))
