@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import io
 import shlex
+import sys
 import tarfile
 from pathlib import Path
 
@@ -76,3 +77,30 @@ def publish(registry_url: str, tag: str = "dev") -> str:
     push_image(registry_url, REPOSITORY, tag, image)
     host = registry_url.split("://", 1)[-1].rstrip("/")
     return f"{host}/{REPOSITORY}:{tag}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m sandbox.flowimage [--run-dir DIR] [--tag TAG]``: push the flow's image
+    to the running sandbox's registry and print its reference."""
+    import argparse
+
+    from sandbox.paths import default_run_dir
+    from sandbox.state import read_state
+
+    parser = argparse.ArgumentParser(prog="python -m sandbox.flowimage", description=main.__doc__)
+    parser.add_argument("--run-dir", type=Path, default=default_run_dir())
+    parser.add_argument("--tag", default="dev")
+    args = parser.parse_args(argv)
+    state = read_state(args.run_dir)
+    if state is None or not state.registry_url:
+        print(
+            f"no sandbox runs in {args.run_dir}: start it with `handoff sandbox up`",
+            file=sys.stderr,
+        )
+        return 2
+    print(publish(state.registry_url, args.tag))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -12,6 +12,7 @@ at a time.
 from __future__ import annotations
 
 import contextlib
+import os
 import selectors
 import socket
 import threading
@@ -135,12 +136,30 @@ class Forward:
     problems: Callable[[], list[str]]
 
 
+# "port-forward" makes a flow inside the cluster port-forward too: for a cluster whose
+# pod network it cannot reach (the sandbox's pod IPs are bookkeeping, never routed).
+POD_ACCESS_ENV = "HANDOFF_POD_ACCESS"
+_ACCESS_MODES = ("pod-ip", "port-forward")
+
+
+def dials_pod_ip(kube: Kube) -> bool:
+    """Whether pods are reached at their IP: inside the cluster, unless $HANDOFF_POD_ACCESS
+    says port-forward."""
+    mode = os.environ.get(POD_ACCESS_ENV) or "pod-ip"
+    if mode not in _ACCESS_MODES:
+        raise ValueError(
+            f"{POD_ACCESS_ENV}={mode!r}: expected one of {list(_ACCESS_MODES)}; "
+            "unset it to reach pods at their IP inside the cluster"
+        )
+    return kube.in_cluster and mode == "pod-ip"
+
+
 @contextlib.contextmanager
 def pod_forward(kube: Kube, namespace: str, pod: str, port: int) -> Iterator[Forward]:
     """The pod's port: the pod IP when running inside the cluster (no detour through the
-    apiserver), otherwise a port-forward on 127.0.0.1 whose failures (the kubelet's
-    message, a refused upgrade) `problems()` returns, for the report."""
-    if kube.in_cluster:
+    apiserver; see dials_pod_ip), otherwise a port-forward on 127.0.0.1 whose failures
+    (the kubelet's message, a refused upgrade) `problems()` returns, for the report."""
+    if dials_pod_ip(kube):
         with mapped(f"read pod {namespace}/{pod}"):
             ip = kube.core.read_namespaced_pod(pod, namespace).status.pod_ip
         yield Forward(url=f"http://{ip}:{port}", problems=list)

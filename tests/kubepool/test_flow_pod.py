@@ -97,9 +97,3 @@ def test_a_flow_image_job_runs_in_cluster_as_its_service_account(
 
     # The token was mounted for the pod's process only, never on the machine.
     assert not TOKEN.exists()
-
-
-def test_the_flow_image_is_the_dockerfiles() -> None:
-    labels = flowimage.labels()
-    workdirs = [rest for keyword, rest in flowimage.instructions() if keyword == "WORKDIR"]
-    assert labels[flowimage.ROOT_LABEL] == workdirs[-1] == "/opt/handoff"

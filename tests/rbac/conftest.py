@@ -56,16 +56,17 @@ def install_identity(
     namespace: str,
     docs: list[dict[str, Any]],
     tmp_path: Path,
+    account: str = "handoff",
 ) -> Path:
     """Apply the RBAC documents; a kubeconfig authenticating as their ServiceAccount."""
     for doc in docs:
         apply_manifest(kube, doc)
-    token = _service_account_token(kube, namespace, "handoff")
+    token = _service_account_token(kube, namespace, account)
     return write_kubeconfig(
-        tmp_path / "handoff-sa.kubeconfig",
+        tmp_path / f"{account}-sa.kubeconfig",
         server=sandbox.server,
         ca_crt=sandbox.run_dir / "pki" / "ca.crt",
-        user=f"system:serviceaccount:{namespace}:handoff",
+        user=f"system:serviceaccount:{namespace}:{account}",
         token=token,
     )
 

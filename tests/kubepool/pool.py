@@ -1,0 +1,117 @@
+"""The Kubernetes work pool of prefect.yaml on the sandbox's Prefect server: the pool,
+the deployment as `prefect deploy` makes it, a Prefect Kubernetes worker as a process,
+and flow runs created and awaited through the REST API."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+from prefect import get_client
+from prefect.client.orchestration import SyncPrefectClient
+from prefect.client.schemas.objects import State
+from prefect.settings import PREFECT_API_URL, temporary_settings
+
+ROOT = Path(__file__).resolve().parents[2]
+POOL = "handoff-kubernetes"
+DEPLOYMENT = "handoff-on-merge-kubernetes"
+
+
+def prefect(env: dict[str, str], *args: str, timeout_s: float = 180) -> str:
+    """Run the prefect CLI of this environment from the repository root; its output."""
+    result = subprocess.run(
+        [sys.executable, "-m", "prefect", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, f"prefect {' '.join(args)}:\n{output[-3000:]}"
+    return output
+
+
+def deploy(api_url: str, image: str) -> str:
+    """The pool and prefect.yaml's Kubernetes deployment, as the README has them; its id."""
+    env = {**os.environ, "PREFECT_API_URL": api_url, "HANDOFF_FLOW_IMAGE": image}
+    env.setdefault("HANDOFF_REPOSITORY", str(ROOT))
+    prefect(env, "work-pool", "create", POOL, "--type", "kubernetes", "--overwrite")
+    prefect(env, "--no-prompt", "deploy", "--name", DEPLOYMENT)
+    with prefect_client(api_url) as c:
+        return str(c.read_deployment_by_name(f"handoff/{DEPLOYMENT}").id)
+
+
+@contextmanager
+def worker(api_url: str, kubeconfig: Path, namespace: str, log: Path) -> Iterator[None]:
+    """`prefect worker start --pool handoff-kubernetes --type kubernetes` with the
+    worker's ServiceAccount; stopped (SIGINT, then SIGKILL) on the way out."""
+    env = {
+        **os.environ,
+        "PREFECT_API_URL": api_url,
+        "KUBECONFIG": str(kubeconfig),
+        # The worker's identity may not read kube-system's Namespace, where the
+        # worker would otherwise find the cluster's uid.
+        "PREFECT_KUBERNETES_CLUSTER_UID": "handoff",
+        "PREFECT_INTEGRATIONS_KUBERNETES_OBSERVER_NAMESPACES": namespace,
+        "PREFECT_WORKER_QUERY_SECONDS": "1",
+    }
+    argv = [sys.executable, "-m", "prefect", "worker", "start", "--pool", POOL]
+    with open(log, "wb") as out:
+        process = subprocess.Popen(
+            [*argv, "--type", "kubernetes"],
+            cwd=ROOT,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        yield
+    finally:
+        os.killpg(process.pid, signal.SIGINT)
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
+@contextmanager
+def prefect_client(api_url: str) -> Iterator[SyncPrefectClient]:
+    """Prefect's own client (it retries the 503s of a busy SQLite server)."""
+    with temporary_settings({PREFECT_API_URL: api_url}), get_client(sync_client=True) as c:
+        yield c
+
+
+def create_run(
+    api_url: str, deployment_id: str, parameters: dict[str, Any], job_variables: dict[str, Any]
+) -> str:
+    with prefect_client(api_url) as c:
+        run = c.create_flow_run_from_deployment(
+            UUID(deployment_id), parameters=parameters, job_variables=job_variables
+        )
+    return str(run.id)
+
+
+def wait_run(api_url: str, run_id: str, log: Path, timeout_s: float = 400) -> State:
+    """The flow run's state once it is final."""
+    deadline = time.monotonic() + timeout_s
+    with prefect_client(api_url) as c:
+        while time.monotonic() < deadline:
+            state = c.read_flow_run(UUID(run_id)).state
+            if state is not None and state.is_final():
+                return state
+            time.sleep(1.0)
+    raise AssertionError(
+        f"flow run {run_id} not ended after {timeout_s:.0f} s (state {state}); "
+        f"worker log:\n{log.read_text()[-3000:]}"
+    )

@@ -1,0 +1,129 @@
+"""prefect.yaml's Kubernetes deployment, run for real in the sandbox: a Prefect
+Kubernetes worker (prefect-kubernetes) with manifests/rbac/prefect-worker.yaml's
+ServiceAccount polls the pool and starts each flow run as a Job; the kubelet runs the
+flow's image as a process of this checkout with the pod's ServiceAccount token, and the
+flow hands off a Service with in-cluster config as the shipped `handoff` identity.
+Under an identity without the Role the flow fails with the 403 named."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client
+
+from flows.kube.client import Kube
+from flows.kube.portforward import POD_ACCESS_ENV
+from flows.ledger import history_entries, parse_ledger
+from flows.spec_paths import SPECS_DIR_ENV
+from sandbox import flowimage
+from sandbox.state import SandboxState
+from tests.handoff.pauses import RELAXED
+from tests.kubepool import pool
+from tests.kubepool.jobs import exit_code, job_pods, wait_job_end
+from tests.rbac.conftest import install_identity, rbac_documents, remove_cluster_objects
+from tests.world import LEASE_S, service, spec_in
+
+WORKER_RBAC = pool.ROOT / "manifests" / "rbac" / "prefect-worker.yaml"
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]  # a whole handoff, 2-4 minutes
+
+
+def worker_documents(namespace: str) -> list[dict[str, Any]]:
+    """The worker's ServiceAccount, Role and binding moved to namespace (its Deployment
+    runs Prefect's image, which the sandbox cannot pull: the worker runs as a process)."""
+    docs = [d for d in yaml.safe_load_all(WORKER_RBAC.read_text()) if d]
+    docs = [d for d in docs if d["kind"] != "Deployment"]
+    for doc in docs:
+        doc["metadata"]["namespace"] = namespace
+        for subject in doc.get("subjects", []):
+            subject["namespace"] = namespace
+    return docs
+
+
+@pytest.fixture
+def identities(sandbox: SandboxState, kube: Kube, seeded: str, tmp_path: Path) -> Iterator[Path]:
+    """The flow's and the worker's identities in the seeded namespace; the worker's
+    kubeconfig."""
+    install_identity(sandbox, kube, seeded, rbac_documents(seeded), tmp_path)
+    docs = worker_documents(seeded)
+    yield install_identity(sandbox, kube, seeded, docs, tmp_path, account="prefect-worker")
+    remove_cluster_objects(kube, seeded)
+
+
+def _job_of(kube: Kube, namespace: str, run_id: str) -> client.V1Job:
+    jobs = client.BatchV1Api(kube.api).list_namespaced_job(
+        namespace, label_selector=f"prefect.io/flow-run-id={run_id}"
+    )
+    assert len(jobs.items) == 1, [j.metadata.name for j in jobs.items]
+    return jobs.items[0]
+
+
+def _pod_log(kube: Kube, namespace: str, run_id: str) -> str:
+    (pod,) = job_pods(kube, namespace, _job_of(kube, namespace, run_id).metadata.name)
+    return str(kube.core.read_namespaced_pod_log(pod.metadata.name, namespace))
+
+
+def test_a_handoff_runs_as_a_kubernetes_job_of_the_worker(
+    sandbox: SandboxState,
+    kube: Kube,
+    seeded: str,
+    identities: Path,
+    spare_gpus: str,
+    handoff_env: dict[str, str],
+    tmp_path: Path,
+) -> None:
+    api = sandbox.prefect_api_url or ""
+    deployment = pool.deploy(api, flowimage.publish(sandbox.registry_url or ""))
+    # A deployment's run reads specs only from its specs directory.
+    specs = tmp_path / "specs"
+    specs.mkdir()
+    spec_file = spec_in(seeded, "coder-14b-fp16", specs, gates=RELAXED)
+    before = kube.apps.read_namespaced_deployment("candle-vllm", seeded).spec.template
+    # What the flow needs beside its cluster: where the sources and images are.
+    flow_env = {key: handoff_env[key] for key in ("HANDOFF_IMAGES", "CANDLE_VLLM_SOURCE")} | {
+        "IMAGE_POLL_INTERVAL_S": "1",
+        "HANDOFF_LEASE_S": LEASE_S,
+        SPECS_DIR_ENV: str(specs),
+        # The sandbox's pod IPs are never routed: reach the pods through the apiserver.
+        POD_ACCESS_ENV: "port-forward",
+    }
+    parameters = {"spec_file": str(spec_file), "auto_approve": True}
+    log = tmp_path / "worker.log"
+    with pool.worker(api, identities, seeded, log):
+        # First under the namespace's default account, which has no Role: refused at once.
+        refused = pool.create_run(
+            api,
+            deployment,
+            parameters,
+            {"namespace": seeded, "env": flow_env, "service_account_name": "default"},
+        )
+        state = pool.wait_run(api, refused, log)
+        assert state.is_failed(), (state, _pod_log(kube, seeded, refused)[-6000:])
+        assert "forbidden" in (state.message or "").lower(), state
+        assert f"system:serviceaccount:{seeded}:default" in (state.message or "")
+        # The runner reported the failure to Prefect, so its process exits 0 (only a
+        # crash it could not report exits non-zero and fails the Job).
+        job = wait_job_end(kube, seeded, _job_of(kube, seeded, refused).metadata.name)
+        assert job.status.succeeded == 1, job.status
+
+        # Then as the deployment has it: the handoff ServiceAccount.
+        as_shipped = {"namespace": seeded, "env": flow_env}
+        run_id = pool.create_run(api, deployment, parameters, as_shipped)
+        state = pool.wait_run(api, run_id, log)
+        assert state.is_completed(), (state.message, _pod_log(kube, seeded, run_id)[-6000:])
+
+    job = wait_job_end(kube, seeded, _job_of(kube, seeded, run_id).metadata.name)
+    assert job.status.succeeded == 1, job.status
+    (pod,) = job_pods(kube, seeded, job.metadata.name)
+    assert pod.spec.service_account_name == "handoff"
+    assert (pod.status.phase, exit_code(pod)) == ("Succeeded", 0)
+    assert pod.spec.containers[0].args == ["prefect", "flow-run", "execute"]
+    svc = service(kube, seeded, "coder-predictor")
+    ledger = parse_ledger(svc.metadata.annotations)
+    assert ledger is not None and (ledger.strategy, ledger.phase) == ("side-by-side", "done")
+    assert history_entries(svc.metadata.annotations)[-1]["outcome"] == "done"
+    after = kube.apps.read_namespaced_deployment("candle-vllm", seeded).spec.template
+    assert after != before, "the live Deployment took the candidate's spec"
