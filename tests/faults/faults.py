@@ -1,0 +1,116 @@
+"""The faults of the matrix, each injected once the run is at a step's boundary.
+
+Substrate faults act on the sandbox's own processes (the control plane is the test
+session's: only this suite kills it); a person's edits are what kubectl would send.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from flows.kube.client import Kube
+from sandbox import controlplane
+from sandbox.state import SandboxState, write_state
+
+LIVE, CANDIDATE, SERVICE = "clef-serve", "clef-candle", "clef-serve"
+
+
+@dataclass
+class Scene:
+    """What a fault may act on."""
+
+    sandbox: SandboxState
+    kube: Kube
+    namespace: str
+    process: subprocess.Popen[str]
+
+
+Fault = Callable[[Scene], None]
+
+
+def sigkill(scene: Scene) -> None:
+    os.killpg(scene.process.pid, signal.SIGKILL)
+    scene.process.wait()
+
+
+def sigterm(scene: Scene) -> None:
+    """As a Prefect worker cancels a run: the flow rolls back before it exits."""
+    os.kill(scene.process.pid, signal.SIGTERM)
+    scene.process.wait(timeout=300)
+
+
+def _plane(scene: Scene) -> controlplane.ControlPlane:
+    assert scene.sandbox.control_plane is not None, "the suite needs its own control plane"
+    return scene.sandbox.control_plane
+
+
+@contextmanager
+def _recorded(scene: Scene) -> Any:
+    """A restarted process's new record is saved, so `sandbox down` stops it."""
+    try:
+        yield
+    finally:
+        write_state(scene.sandbox)
+
+
+def apiserver_down(seconds: float) -> Fault:
+    def fault(scene: Scene) -> None:
+        with _recorded(scene), controlplane.apiserver_outage(_plane(scene)):
+            time.sleep(seconds)
+
+    fault.__name__ = f"apiserver_down_{seconds:.0f}s"
+    return fault
+
+
+def etcd_paused(scene: Scene) -> None:
+    etcd = next(p for p in _plane(scene).processes if p.name == "etcd")
+    os.kill(etcd.pid, signal.SIGSTOP)
+    try:
+        time.sleep(5)
+    finally:
+        os.kill(etcd.pid, signal.SIGCONT)
+
+
+def scale_live(scene: Scene) -> None:
+    """A person adds a replica to the live Deployment (kubectl scale)."""
+    live = scene.kube.apps.read_namespaced_deployment(LIVE, scene.namespace)
+    scene.kube.apps.patch_namespaced_deployment_scale(
+        LIVE, scene.namespace, {"spec": {"replicas": live.spec.replicas + 1}}
+    )
+
+
+def edit_selector(scene: Scene) -> None:
+    """A person narrows the Service to the live pods' current ReplicaSet: it still
+    serves, from a selector the handoff did not write."""
+    pods = scene.kube.core.list_namespaced_pod(scene.namespace, label_selector=f"app={LIVE}")
+    template_hash = pods.items[0].metadata.labels["pod-template-hash"]
+    scene.kube.core.patch_namespaced_service(
+        SERVICE,
+        scene.namespace,
+        {"spec": {"selector": {"app": LIVE, "pod-template-hash": template_hash}}},
+    )
+
+
+def delete_candidate(scene: Scene) -> None:
+    scene.kube.apps.delete_namespaced_deployment(CANDIDATE, scene.namespace)
+
+
+def delete_service(scene: Scene) -> None:
+    # Unparsed: 1.20 answers a Service's delete with a Status the client cannot read.
+    scene.kube.core.delete_namespaced_service(SERVICE, scene.namespace, _preload_content=False)
+
+
+def kill_candidate_pod(scene: Scene) -> None:
+    """The candidate's pod deleted at once (grace 0), as a node losing it would."""
+    pods = scene.kube.core.list_namespaced_pod(scene.namespace, label_selector=f"app={CANDIDATE}")
+    for pod in pods.items:
+        scene.kube.core.delete_namespaced_pod(
+            pod.metadata.name, scene.namespace, grace_period_seconds=0
+        )
