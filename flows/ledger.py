@@ -82,6 +82,9 @@ class WorkloadSnapshot(BaseModel):
     replicas: int
     resource_version: str
     spec: dict[str, Any] | None = Field(None, description="kept only for in-place handoffs")
+    # None in ledgers written before they were recorded: those fields are not compared.
+    uid: str | None = None
+    generation: int | None = Field(None, description="metadata.generation: spec changes")
 
 
 class Snapshot(BaseModel):
@@ -134,6 +137,13 @@ class Ledger(BaseModel):
     approvals: list[ApprovalRecord] = Field(default_factory=list)
     evidence_sha256: str | None = None
     outage: OutageRecord | None = None
+    pin: dict[str, str] | None = Field(
+        None, description="the live selector narrowed to the live pods, if the apply sets it"
+    )
+    edited: list[str] = Field(
+        default_factory=list,
+        description="objects a person changed during the handoff: the rollback leaves them",
+    )
     cause: str | None = None
     started_at: str
     updated_at: str

@@ -17,7 +17,7 @@ from flows.capacity import Decision, NodeGpu, Strategy, compute_gpu_ledger, deci
 from flows.dryrun import DryRun, dry_run, planned_writes
 from flows.errors import PermanentError
 from flows.kube import read
-from flows.kube.client import Kube
+from flows.kube.client import Kube, NotFound
 from flows.kube.objects import (
     DeploymentSnapshot,
     PodSnapshot,
@@ -78,6 +78,8 @@ class Plan(BaseModel):
                     name=d.name,
                     replicas=d.replicas,
                     resource_version=d.resource_version,
+                    uid=d.uid,
+                    generation=d.generation,
                     spec=d.spec if spec.replaces_live else None,
                 )
                 for d in self.current
@@ -89,9 +91,21 @@ class Plan(BaseModel):
         )
 
 
+def read_target_service(kube: Kube, spec: HandoffSpec) -> ServiceSnapshot:
+    """The Service the spec moves; a clear refusal when it does not exist."""
+    try:
+        return read.read_service(kube, spec.namespace, spec.service)
+    except NotFound as exc:
+        raise PlanRefused(
+            f"Service {spec.namespace}/{spec.service} named in {spec.source_file} does not "
+            "exist, and it is not recreated by a handoff (a new Service would get a new "
+            "ClusterIP): apply the Service's manifest, then run the handoff again"
+        ) from exc
+
+
 def make_plan(kube: Kube, spec: HandoffSpec) -> Plan:
     """Observe, decide, dry-run. Raises only when the cluster cannot be read."""
-    service = read.read_service(kube, spec.namespace, spec.service)
+    service = read_target_service(kube, spec)
     # The audit trail is appended to at the end: an unreadable one stops the run now.
     history_entries(service.annotations, where=f"Service {spec.namespace}/{spec.service}")
     current = [_require(kube, spec, name) for name in spec.current]

@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import dataclasses
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
+from flows.drift import ServiceGone
 from flows.errors import HandoffError
 from flows.kube import read, write
-from flows.kube.client import Kube
+from flows.kube.client import Kube, NotFound
 from flows.kube.objects import owned_by_deployment
 from flows.kube.wait import wait_pods, wait_rolled_out
 from flows.lease import LeaseLost, ServiceLease
@@ -41,26 +42,97 @@ def rollback_by_hand(kube: Kube, spec: HandoffSpec, *, cause: str) -> Ledger | N
         return rollback(dataclasses.replace(kube, fence=lease.check), spec, cause=cause)
 
 
-def rollback(kube: Kube, spec: HandoffSpec, *, cause: str) -> Ledger | None:
-    """Restore the pre-handoff state; returns the final ledger, or None if none was found."""
-    ledger = read_ledger(kube, spec)
+def rollback(
+    kube: Kube, spec: HandoffSpec, *, cause: str, leave: Sequence[str] = ()
+) -> Ledger | None:
+    """Restore the pre-handoff state; returns the final ledger, or None if none was found.
+    The objects in `leave` (`Deployment NAME`, `Service NAME`: a person edited them
+    during the handoff) are recorded in the ledger and left as they are."""
+    try:
+        ledger = read_ledger(kube, spec)
+    except NotFound as exc:
+        raise ServiceGone(
+            f"Service {spec.namespace}/{spec.service} no longer exists: there is no ledger "
+            "to roll back from, and the Service is not recreated"
+        ) from exc
     if ledger is None or ledger.phase in TERMINAL:
         return ledger
     if ledger.phase is Phase.ROLLING_BACK:
         cause = ledger.cause or cause  # a rollback resumed keeps the cause it began with
     else:
-        ledger = save_ledger(kube, spec, ledger.to(Phase.ROLLING_BACK, cause=cause[:2000]))
+        edited = sorted({*ledger.edited, *leave})
+        ledger = save_ledger(
+            kube, spec, ledger.to(Phase.ROLLING_BACK, cause=cause[:2000], edited=edited)
+        )
     problems: list[str] = []
-    if ledger.strategy == "in-place" and not spec.replaces_live:
+    kept = set(ledger.edited)
+    candidate = f"Deployment {candidate_name(spec, ledger.strategy)}"
+    if ledger.strategy == "in-place" and not spec.replaces_live and candidate not in kept:
         # The candidate holds the GPUs the old pods need back: it goes first, or the
         # old pods would wait Unschedulable while the Service has no endpoints.
         with _noted(problems):
             _undo_candidate(kube, spec, ledger)
             _wait_candidate_stopped(kube, spec, ledger)
     for workload in ledger.snapshot.workloads:
+        if f"Deployment {workload.name}" in kept:
+            continue
         with _noted(problems):
             _restore_workload(kube, spec, workload, problems)
-    # One block: the candidate is stopped only once the Service has left it.
+    if f"Service {spec.service}" in kept:
+        # A person chose the selector: it stays, and so do the pods it routes to.
+        with _noted(problems):
+            if candidate not in kept and not _routes_to_candidate(kube, spec, ledger):
+                _undo_candidate(kube, spec, ledger)
+    elif candidate in kept:
+        with _noted(problems):
+            write.update_service_selector(
+                kube, spec.namespace, spec.service, ledger.snapshot.selector
+            )
+    else:
+        _restore_selector_then_candidate(kube, spec, ledger, problems)
+    with _noted(problems):
+        announce(
+            kube,
+            spec,
+            reason="HandoffRolledBack",
+            message=f"handoff {ledger.handoff_id} rolled back: {cause}"[:1000],
+            warning=True,
+        )
+    note = f"{cause}; rollback problems: {'; '.join(problems)}" if problems else cause
+    if kept:
+        note += f"; left as edited: {', '.join(sorted(kept))}"
+    return save_ledger(kube, spec, ledger.to(Phase.ROLLED_BACK, cause=note[:2000]))
+
+
+def restore_workloads(
+    kube: Kube, spec: HandoffSpec, ledger: Ledger, leave: Sequence[str]
+) -> list[str]:
+    """With the Service (and its ledger) gone, the Deployments from the run's own copy
+    of the ledger: the candidate back to its count, the live ones restored; problems."""
+    problems: list[str] = []
+    kept = {*ledger.edited, *leave}
+    if f"Deployment {candidate_name(spec, ledger.strategy)}" not in kept:
+        with _noted(problems):
+            _undo_candidate(kube, spec, ledger)
+    for workload in ledger.snapshot.workloads:
+        if f"Deployment {workload.name}" not in kept:
+            with _noted(problems):
+                _restore_workload(kube, spec, workload, problems)
+    return problems
+
+
+def _routes_to_candidate(kube: Kube, spec: HandoffSpec, ledger: Ledger) -> bool:
+    selector = read.read_service(kube, spec.namespace, spec.service).selector
+    name = candidate_name(spec, ledger.strategy)
+    return bool(selector) and any(
+        owned_by_deployment(p, name) for p in read.list_pods(kube, spec.namespace, selector)
+    )
+
+
+def _restore_selector_then_candidate(
+    kube: Kube, spec: HandoffSpec, ledger: Ledger, problems: list[str]
+) -> None:
+    """One block: the candidate is stopped only once the Service has left it."""
     with _noted(problems):
         # While candidate pods that the original selector would match still run, the
         # Service is held on the restored pods alone (never two versions at once).
@@ -74,16 +146,6 @@ def rollback(kube: Kube, spec: HandoffSpec, *, cause: str) -> Ledger | None:
             write.update_service_selector(
                 kube, spec.namespace, spec.service, ledger.snapshot.selector
             )
-    with _noted(problems):
-        announce(
-            kube,
-            spec,
-            reason="HandoffRolledBack",
-            message=f"handoff {ledger.handoff_id} rolled back: {cause}"[:1000],
-            warning=True,
-        )
-    note = f"{cause}; rollback problems: {'; '.join(problems)}" if problems else cause
-    return save_ledger(kube, spec, ledger.to(Phase.ROLLED_BACK, cause=note[:2000]))
 
 
 @contextmanager

@@ -13,10 +13,10 @@ from flows.capacity import Decision
 from flows.errors import PermanentError
 from flows.kube.client import Kube
 from flows.lease import HandoffInProgress
-from flows.ledger import TERMINAL, Ledger, Phase
+from flows.ledger import TERMINAL, Ledger, Phase, parse_ledger
 from flows.outage import OutageClock
-from flows.plan import Plan, PlanRefused
-from flows.progress import HandoffRun, now_iso, read_ledger, save_ledger
+from flows.plan import Plan, PlanRefused, read_target_service
+from flows.progress import HandoffRun, now_iso, save_ledger
 from flows.spec import HandoffSpec
 
 
@@ -36,7 +36,7 @@ def ensure_not_rolling_back(ledger: Ledger) -> None:
 
 def unfinished(kube: Kube, spec: HandoffSpec) -> Ledger | None:
     """The Service's unfinished handoff, if any (of any spec)."""
-    ledger = read_ledger(kube, spec)
+    ledger = parse_ledger(read_target_service(kube, spec).annotations)
     return ledger if ledger is not None and ledger.phase not in TERMINAL else None
 
 
@@ -69,6 +69,7 @@ def start_or_resume(kube: Kube, spec: HandoffSpec, plan: Plan, *, run_id: str) -
         phase=Phase.STARTED,
         strategy=str(plan.strategy),
         snapshot=plan.snapshot(spec),
+        pin=plan.pin_live_selector,
         started_at=now,
         updated_at=now,
     )

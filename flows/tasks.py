@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
-from flows import apply, approve, gating, image, outage, rollback, scale, swap, warm
+from flows import apply, approve, drift, gating, image, outage, rollback, scale, swap, warm
 from flows.capacity import Strategy
 from flows.errors import HandoffError
 from flows.image import ImageRequirement, PinnedImage
@@ -54,15 +54,22 @@ def _progress(run: HandoffRun) -> None:
         hook(min(100.0, 100.0 * len(run.timings) / STEP_COUNT))
 
 
-def step(name: str, *, bounded: bool = True) -> Callable[[Callable[..., T]], Callable[..., T]]:
-    """A Prefect task named `name` that times itself into run.timings; inside an
-    in-place outage it is held to what is left of the declared downtime."""
+def step(name: str, *, forward: bool = True) -> Callable[[Callable[..., T]], Callable[..., T]]:
+    """A Prefect task named `name` that times itself into run.timings. A forward step
+    is held to what is left of a declared in-place downtime, and checks before and
+    after itself that no person changed what the handoff works on (after the waits for
+    the image, an approval or the gates, and before its own writes)."""
 
     def wrap(fn: Callable[..., T]) -> Callable[..., T]:
         def body(run: HandoffRun, *args: Any, **kwargs: Any) -> T:
-            clock = run.outage if bounded else None
+            clock = run.outage if forward else None
             with _timed(run, name), outage.bounded(clock, name):
-                return fn(run, *args, **kwargs)
+                if forward:
+                    drift.check(run)
+                result = fn(run, *args, **kwargs)
+                if forward:
+                    drift.check(run)
+                return result
 
         body.__name__ = body.__qualname__ = fn.__name__
         body.__doc__ = fn.__doc__
@@ -213,18 +220,34 @@ def scale_up_and_retire(run: HandoffRun) -> None:
         else (scale.scale_up, scale.retire)
     )
     for do in order:
+        drift.check(run)  # the scale-up waits: look again before the next write
         do(run)
     run.advance(Phase.DONE)
 
 
-@step("rollback", bounded=False)  # the way out of the outage is never cut short
+@step("rollback", forward=False)  # the way out of the outage is never cut short
 def roll_back(run: HandoffRun, cause: BaseException) -> None:
+    """Restore from the ledger, leaving what a person edited as it is. With the Service
+    gone there is no ledger to follow: the Deployments are put back from the run's own
+    copy, and the run stops with ServiceGone."""
     text = str(cause) if isinstance(cause, HandoffError) else f"{type(cause).__name__}: {cause}"
+    log = get_run_logger()
     if isinstance(cause, LeaseLost):
-        get_run_logger().error("not rolling back, this run may no longer write: %s", text)
+        log.error("not rolling back, this run may no longer write: %s", text)
         return
-    get_run_logger().warning("rolling back: %s", text)
-    ledger = rollback.rollback(run.kube, run.spec, cause=text)
+    log.warning("rolling back: %s", text)
+    leave = cause.objects if isinstance(cause, drift.PersonEdited) else []
+    try:
+        ledger = rollback.rollback(run.kube, run.spec, cause=text, leave=leave)
+    except drift.ServiceGone as exc:
+        gone = (
+            cause
+            if isinstance(cause, drift.ServiceGone)
+            else drift.service_gone(run, "was deleted")
+        )
+        for problem in rollback.restore_workloads(run.kube, run.spec, run.ledger, leave):
+            log.error("restoring the Deployments without the Service: %s", problem)
+        raise gone from exc
     if ledger is not None:
         run.ledger = ledger
     _end_outage(run)

@@ -1,0 +1,197 @@
+"""Notice a person's edits made while a handoff runs, before the flow writes over them.
+
+Observes the Service and the Deployments the handoff works on; compares them with what
+the ledger recorded before the first write (the live Deployments' uid, generation and
+replicas) and with what the handoff itself has written since (the selectors it sets,
+the candidate it applied). Decides: any other difference is a person's (or another
+tool's) edit, and the handoff stops (`PersonEdited`, naming the object and the field);
+its rollback then leaves every edited object as it was found. A Service deleted
+mid-handoff is `ServiceGone`: it is never recreated. Changes nothing itself.
+
+Runs before and after every step, so the long waits (the image, an approval, the
+gates) are followed by a check, and so is every step's first write.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict
+
+from flows.errors import PermanentError
+from flows.kube import read
+from flows.kube.client import NotFound
+from flows.ledger import Phase
+from flows.progress import HandoffRun
+from flows.render import HANDOFF_ID_ANNOTATION, WORKLOAD_LABEL, load_manifest, service_selector
+
+DELETED = "deleted"
+
+
+class Change(BaseModel):
+    """One field of one object that differs from what the handoff recorded or wrote."""
+
+    model_config = ConfigDict(frozen=True)
+
+    kind: str
+    name: str
+    field: str
+    expected: str
+    observed: str
+
+    @property
+    def object(self) -> str:
+        """The key the rollback leaves alone: `Deployment NAME` or `Service NAME`."""
+        return f"{self.kind} {self.name}"
+
+    def line(self, namespace: str) -> str:
+        if self.observed == DELETED:
+            return f"{self.kind} {namespace}/{self.name} was deleted ({self.expected})"
+        return (
+            f"{self.kind} {namespace}/{self.name} {self.field}: expected {self.expected}, "
+            f"found {self.observed}"
+        )
+
+
+class PersonEdited(PermanentError):
+    """Someone changed an object this handoff works on while it ran."""
+
+    def __init__(self, run: HandoffRun, changes: list[Change]) -> None:
+        namespace = run.spec.namespace
+        self.objects = sorted({c.object for c in changes})
+        super().__init__(
+            f"handoff {run.ledger.handoff_id} stopped at phase {run.ledger.phase}: changed "
+            f"while it ran, not by it: {'; '.join(c.line(namespace) for c in changes)}. "
+            "Nothing of that was overwritten: the rollback leaves those objects as they "
+            "are now. Check that the change was meant, then run the handoff again (it "
+            "plans from the cluster as it is then)"
+        )
+
+
+class ServiceGone(PermanentError):
+    """The Service was deleted (or deleted and created again) during the handoff."""
+
+
+def check(run: HandoffRun) -> None:
+    """Raise PersonEdited (or ServiceGone) if the cluster differs from what this handoff
+    recorded and wrote; return quietly otherwise."""
+    changes = observe(run)
+    if changes:
+        raise PersonEdited(run, changes)
+
+
+def observe(run: HandoffRun) -> list[Change]:
+    """The differences; [] for a handoff rolling back or over (the rollback owns those)."""
+    spec = run.spec
+    if run.ledger.phase in (Phase.ROLLING_BACK, Phase.ROLLED_BACK, Phase.DONE):
+        return []
+    try:
+        service = read.read_service(run.kube, spec.namespace, spec.service)
+    except NotFound as exc:
+        raise service_gone(run, "was deleted") from exc
+    if service.uid != run.plan.service.uid:
+        raise service_gone(run, f"was deleted and created again (uid {service.uid})")
+    changes: list[Change] = []
+    allowed = written_selectors(run)
+    if service.selector not in allowed:
+        changes.append(
+            Change(
+                kind="Service",
+                name=spec.service,
+                field="spec.selector",
+                expected=" or ".join(str(s) for s in allowed),
+                observed=str(service.selector),
+            )
+        )
+    if live_untouched(run):
+        changes += _live_changes(run)
+    if run.reached(Phase.APPLIED) and not run.reached(Phase.RETIRED):
+        changes += _candidate_changes(run)
+    return changes
+
+
+def service_gone(run: HandoffRun, what: str) -> ServiceGone:
+    spec = run.spec
+    return ServiceGone(
+        f"Service {spec.namespace}/{spec.service} {what} during handoff "
+        f"{run.ledger.handoff_id} (phase {run.ledger.phase}); it is not recreated (a new "
+        "Service would get a new ClusterIP, and its owner decides what it should be). The "
+        "Deployments are put back as they were; recreate the Service from its manifest, "
+        "then run the handoff again"
+    )
+
+
+def written_selectors(run: HandoffRun) -> list[dict[str, str]]:
+    """The selectors the Service may have now: the one before the handoff, and each
+    one this handoff sets (the pin, then the candidate's, then a twin's live-only)."""
+    ledger = run.ledger
+    found = [ledger.snapshot.selector]
+    if ledger.pin:
+        found.append(ledger.pin)
+    if ledger.revision:
+        target = service_selector(load_manifest(run.spec), ledger.revision)
+        found.append(target)
+        if run.twin:
+            found.append({**target, WORKLOAD_LABEL: run.spec.candidate.deployment})
+    return found
+
+
+def live_untouched(run: HandoffRun) -> bool:
+    """The handoff has not written the live Deployments yet: in place it stops them at
+    the apply; side by side it scales or rewrites them at the retirement."""
+    if run.ledger.strategy == "in-place":
+        return run.ledger.outage is None and not run.reached(Phase.OLD_STOPPED)
+    return not run.reached(Phase.SCALED)
+
+
+def _live_changes(run: HandoffRun) -> list[Change]:
+    changes: list[Change] = []
+    for recorded in run.ledger.snapshot.workloads:
+        found = read.read_deployment(run.kube, run.spec.namespace, recorded.name)
+
+        def change(
+            field: str, expected: object, observed: object, name: str = recorded.name
+        ) -> Change:
+            return Change(
+                kind="Deployment",
+                name=name,
+                field=field,
+                expected=str(expected),
+                observed=str(observed),
+            )
+
+        if found is None:
+            changes.append(change("(the object)", "live before the handoff", DELETED))
+        elif recorded.uid and found.uid != recorded.uid:
+            changes.append(change("metadata.uid", recorded.uid, f"{found.uid} (recreated)"))
+        elif found.replicas != recorded.replicas:
+            changes.append(change("spec.replicas", recorded.replicas, found.replicas))
+        elif recorded.generation and found.generation != recorded.generation:
+            changes.append(
+                change(
+                    "metadata.generation",
+                    recorded.generation,
+                    f"{found.generation} (its spec was edited or rolled)",
+                )
+            )
+    return changes
+
+
+def _candidate_changes(run: HandoffRun) -> list[Change]:
+    name = run.candidate_name
+    found = read.read_deployment(run.kube, run.spec.namespace, name)
+
+    def change(field: str, expected: object, observed: object) -> Change:
+        return Change(
+            kind="Deployment",
+            name=name,
+            field=field,
+            expected=str(expected),
+            observed=str(observed),
+        )
+
+    if found is None:
+        return [change("(the object)", "the candidate this handoff applied", DELETED)]
+    owner = found.annotations.get(HANDOFF_ID_ANNOTATION)
+    if owner != run.ledger.handoff_id:
+        field = f"metadata.annotations[{HANDOFF_ID_ANNOTATION}]"
+        return [change(field, run.ledger.handoff_id, owner)]
+    return []
