@@ -96,10 +96,9 @@ CELLS: list[Cell] = [
     ),
 ]
 
-# Run by default (about a minute each): a person's edit during the long image wait (the
-# stale-plan case), the Service deleted mid-handoff, and a kill during the scale-up.
+# Run by default (a few minutes together): a person's edit during the long image wait
+# (the stale-plan case) and the Service deleted mid-handoff.
 DEFAULT = {
     ("person scales live Deployment", "image wait"),
     ("Service deleted", "gates"),
-    ("flow SIGKILL", "scale"),
 }
