@@ -142,56 +142,38 @@ def live_untouched(run: HandoffRun) -> bool:
     return not run.reached(Phase.SCALED)
 
 
+def _deployment(name: str, field: str, expected: object, observed: object) -> Change:
+    return Change(
+        kind="Deployment", name=name, field=field, expected=str(expected), observed=str(observed)
+    )
+
+
 def _live_changes(run: HandoffRun) -> list[Change]:
     changes: list[Change] = []
     for recorded in run.ledger.snapshot.workloads:
-        found = read.read_deployment(run.kube, run.spec.namespace, recorded.name)
-
-        def change(
-            field: str, expected: object, observed: object, name: str = recorded.name
-        ) -> Change:
-            return Change(
-                kind="Deployment",
-                name=name,
-                field=field,
-                expected=str(expected),
-                observed=str(observed),
-            )
-
+        name = recorded.name
+        found = read.read_deployment(run.kube, run.spec.namespace, name)
         if found is None:
-            changes.append(change("(the object)", "live before the handoff", DELETED))
+            changes.append(_deployment(name, "(the object)", "live before the handoff", DELETED))
         elif recorded.uid and found.uid != recorded.uid:
-            changes.append(change("metadata.uid", recorded.uid, f"{found.uid} (recreated)"))
-        elif found.replicas != recorded.replicas:
-            changes.append(change("spec.replicas", recorded.replicas, found.replicas))
-        elif recorded.generation and found.generation != recorded.generation:
             changes.append(
-                change(
-                    "metadata.generation",
-                    recorded.generation,
-                    f"{found.generation} (its spec was edited or rolled)",
-                )
+                _deployment(name, "metadata.uid", recorded.uid, f"{found.uid} (recreated)")
             )
+        elif found.replicas != recorded.replicas:
+            changes.append(_deployment(name, "spec.replicas", recorded.replicas, found.replicas))
+        elif recorded.generation and found.generation != recorded.generation:
+            edited = f"{found.generation} (its spec was edited or rolled)"
+            changes.append(_deployment(name, "metadata.generation", recorded.generation, edited))
     return changes
 
 
 def _candidate_changes(run: HandoffRun) -> list[Change]:
     name = run.candidate_name
     found = read.read_deployment(run.kube, run.spec.namespace, name)
-
-    def change(field: str, expected: object, observed: object) -> Change:
-        return Change(
-            kind="Deployment",
-            name=name,
-            field=field,
-            expected=str(expected),
-            observed=str(observed),
-        )
-
     if found is None:
-        return [change("(the object)", "the candidate this handoff applied", DELETED)]
+        return [_deployment(name, "(the object)", "the candidate this handoff applied", DELETED)]
     owner = found.annotations.get(HANDOFF_ID_ANNOTATION)
     if owner != run.ledger.handoff_id:
         field = f"metadata.annotations[{HANDOFF_ID_ANNOTATION}]"
-        return [change(field, run.ledger.handoff_id, owner)]
+        return [_deployment(name, field, run.ledger.handoff_id, owner)]
     return []
