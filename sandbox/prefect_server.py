@@ -41,9 +41,10 @@ def server_env(run_dir: Path, port: int) -> dict[str, str]:
     }
 
 
-def spawn(run_dir: Path) -> tuple[procs.ProcessRecord, str]:
-    """Start `prefect server start` on a free loopback port; return (process, API URL)."""
-    port = procs.free_port()
+def spawn(run_dir: Path, port: int | None = None) -> tuple[procs.ProcessRecord, str]:
+    """Start `prefect server start` on `port` (a restart keeps its port and its database
+    in run_dir), else a free loopback port; return (process, API URL)."""
+    port = port or procs.free_port()
     argv = [
         sys.executable,
         "-m",

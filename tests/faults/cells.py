@@ -19,6 +19,11 @@ def _after_rollback(step: str) -> str:
     return ROLLED_BACK if step == "rollback" else DONE
 
 
+def _edits(fault: str, inject: faults.Fault, cause: str, steps: tuple[str, ...]) -> list[Cell]:
+    """A person's edit: noticed, named in the cause, and rolled back around."""
+    return [Cell(fault, step, inject, frozenset({ROLLED_BACK}), cause=cause) for step in steps]
+
+
 CELLS: list[Cell] = [
     *(
         Cell(
@@ -48,38 +53,32 @@ CELLS: list[Cell] = [
         Cell("etcd SIGSTOP 5 s", step, faults.etcd_paused, ANY)
         for step in ("gates", "swap", "scale", "retire")
     ),
+    *(
+        Cell("Prefect server restarted", step, faults.prefect_restarted, ANY)
+        for step in ("gates", "approval wait")
+    ),
     Cell(
         "candidate pod killed", "gates", faults.kill_candidate_pod, frozenset({DONE, ROLLED_BACK})
     ),
-    *(
-        Cell(
-            "person scales live Deployment",
-            step,
-            faults.scale_live,
-            frozenset({ROLLED_BACK}),
-            cause="clef-serve spec.replicas",
-        )
-        for step in ("image wait", "gates", "approval wait")
+    *_edits(
+        "person scales live Deployment",
+        faults.scale_live,
+        "clef-serve spec.replicas",
+        ("image wait", "gates", "approval wait"),
     ),
-    *(
-        Cell(
-            "person edits Service selector",
-            step,
-            faults.edit_selector,
-            frozenset({ROLLED_BACK}),
-            cause="clef-serve spec.selector",
-        )
-        for step in ("image wait", "gates", "approval wait", "scale")
+    # Not at the scale: with the candidate already at its count, the scale-up is over
+    # before an edit could land in it.
+    *_edits(
+        "person edits Service selector",
+        faults.edit_selector,
+        "clef-serve spec.selector",
+        ("image wait", "gates", "approval wait"),
     ),
-    *(
-        Cell(
-            "person deletes candidate Deployment",
-            step,
-            faults.delete_candidate,
-            frozenset({ROLLED_BACK}),
-            cause="clef-candle was deleted",
-        )
-        for step in ("warm", "gates", "approval wait")
+    *_edits(
+        "person deletes candidate Deployment",
+        faults.delete_candidate,
+        "clef-candle was deleted",
+        ("warm", "gates", "approval wait"),
     ),
     *(
         Cell(

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from flows.kube.client import Kube
-from sandbox import controlplane
+from sandbox import controlplane, prefect_server, procs
 from sandbox.state import SandboxState, write_state
 
 LIVE, CANDIDATE, SERVICE = "clef-serve", "clef-candle", "clef-serve"
@@ -32,7 +32,10 @@ class Scene:
     process: subprocess.Popen[str]
 
 
-Fault = Callable[[Scene], None]
+# A fault may return a check that its effect is still there once the run has ended:
+# a person's edit must never be overwritten.
+Kept = Callable[[], None]
+Fault = Callable[[Scene], Kept | None]
 
 
 def sigkill(scene: Scene) -> None:
@@ -78,24 +81,44 @@ def etcd_paused(scene: Scene) -> None:
         os.kill(etcd.pid, signal.SIGCONT)
 
 
-def scale_live(scene: Scene) -> None:
+def prefect_restarted(scene: Scene) -> None:
+    """The Prefect server stopped and started again on its port, with its database."""
+    components = scene.sandbox.components
+    index, record = next((i, p) for i, p in enumerate(components) if p.name == "prefect-server")
+    api = scene.sandbox.prefect_api_url or ""
+    port = int(api.rsplit(":", 1)[1].split("/")[0])
+    with _recorded(scene):
+        procs.stop(record)
+        components[index], _ = prefect_server.spawn(scene.sandbox.run_dir, port)
+    prefect_server.wait_healthy(components[index], api)
+
+
+def scale_live(scene: Scene) -> Kept:
     """A person adds a replica to the live Deployment (kubectl scale)."""
-    live = scene.kube.apps.read_namespaced_deployment(LIVE, scene.namespace)
-    scene.kube.apps.patch_namespaced_deployment_scale(
-        LIVE, scene.namespace, {"spec": {"replicas": live.spec.replicas + 1}}
-    )
+    apps, ns = scene.kube.apps, scene.namespace
+    wanted = apps.read_namespaced_deployment(LIVE, ns).spec.replicas + 1
+    apps.patch_namespaced_deployment_scale(LIVE, ns, {"spec": {"replicas": wanted}})
+
+    def kept() -> None:
+        found = apps.read_namespaced_deployment(LIVE, ns).spec.replicas
+        assert found == wanted, f"the person's {wanted} replicas of {LIVE} became {found}"
+
+    return kept
 
 
-def edit_selector(scene: Scene) -> None:
+def edit_selector(scene: Scene) -> Kept:
     """A person narrows the Service to the live pods' current ReplicaSet: it still
     serves, from a selector the handoff did not write."""
     pods = scene.kube.core.list_namespaced_pod(scene.namespace, label_selector=f"app={LIVE}")
-    template_hash = pods.items[0].metadata.labels["pod-template-hash"]
-    scene.kube.core.patch_namespaced_service(
-        SERVICE,
-        scene.namespace,
-        {"spec": {"selector": {"app": LIVE, "pod-template-hash": template_hash}}},
-    )
+    wanted = {"app": LIVE, "pod-template-hash": pods.items[0].metadata.labels["pod-template-hash"]}
+    core, ns = scene.kube.core, scene.namespace
+    core.patch_namespaced_service(SERVICE, ns, {"spec": {"selector": wanted}})
+
+    def kept() -> None:
+        found = core.read_namespaced_service(SERVICE, ns).spec.selector
+        assert found == wanted, f"the person's selector {wanted} became {found}"
+
+    return kept
 
 
 def delete_candidate(scene: Scene) -> None:

@@ -125,7 +125,7 @@ def run_cell(stage: Stage, cell: Cell) -> Result:
             await_phase(kube, ns, SERVICE, STEP_PHASE[cell.step], process)
         injected = time.monotonic()
         try:
-            cell.inject(Scene(stage.sandbox, kube, ns, process))
+            kept = cell.inject(Scene(stage.sandbox, kube, ns, process))
             if cell.step == "image wait":
                 publish_tag(stage, spec_file)
             if pausing and process.poll() is None:
@@ -140,6 +140,8 @@ def run_cell(stage: Stage, cell: Cell) -> Result:
         if cell.cause is not None:
             seen = output + (_cause(kube, ns) or "")
             assert cell.cause in seen, f"{cell.key}: no {cell.cause!r} in\n{output[-4000:]}"
+        if kept is not None:  # before the rerun, which plans from the edit
+            kept()
         rerun = _rerun(stage, spec_file, cell, outcome)
         converge_s = time.monotonic() - injected
     _check_service(kube, ns, cell, routes)

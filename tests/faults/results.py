@@ -1,7 +1,8 @@
 """The matrix's figures: each cell's row merged into one JSON file per run.
 
 `HANDOFF_FAULTS_RESULTS=FILE` names the file (tests/faults/results.json is the one the
-README's table is rendered from); without it the rows go to the run's temporary folder.
+README's table is rendered from); without it each run writes a new file under
+~/.cache/handoff/faults/.
 Rows are keyed by (fault, step): a run of some cells updates those and keeps the rest.
 """
 
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -16,9 +18,13 @@ COMMITTED = Path(__file__).with_name("results.json")
 ENV = "HANDOFF_FAULTS_RESULTS"
 
 
-def results_path(default_dir: Path) -> Path:
+def results_path() -> Path:
+    """The file named by the environment, else a new one per run under the cache (pytest's
+    temporary folders are removed after a few runs)."""
     chosen = os.environ.get(ENV)
-    return Path(chosen) if chosen else default_dir / "faults-results.json"
+    stamp = time.strftime("%Y%m%dT%H%M%S")
+    default = Path.home() / ".cache" / "handoff" / "faults" / f"results-{stamp}.json"
+    return Path(chosen) if chosen else default
 
 
 def load(path: Path) -> list[dict[str, Any]]:

@@ -24,8 +24,8 @@ pytestmark = [pytest.mark.faults, pytest.mark.timeout(900)]
 
 
 @pytest.fixture(scope="session")
-def results_file(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    path = results.results_path(tmp_path_factory.getbasetemp())
+def results_file() -> Iterator[Path]:
+    path = results.results_path()
     yield path
     print(f"\nfault matrix results: {path}")
 
