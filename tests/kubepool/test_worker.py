@@ -3,7 +3,8 @@ Kubernetes worker (prefect-kubernetes) with manifests/rbac/prefect-worker.yaml's
 ServiceAccount polls the pool and starts each flow run as a Job; the kubelet runs the
 flow's image as a process of this checkout with the pod's ServiceAccount token, and the
 flow hands off a Service with in-cluster config as the shipped `handoff` identity.
-Under an identity without the Role the flow fails with the 403 named."""
+Under an identity without the Role the flow fails with the 403 named; a container that
+dies before its run starts fails its Job, and the worker marks the run Crashed."""
 
 from __future__ import annotations
 
@@ -108,6 +109,19 @@ def test_a_handoff_runs_as_a_kubernetes_job_of_the_worker(
         # crash it could not report exits non-zero and fails the Job).
         job = wait_job_end(kube, seeded, _job_of(kube, seeded, refused).metadata.name)
         assert job.status.succeeded == 1, job.status
+
+        # A container that dies before the run starts: its pod fails with the exit
+        # code, the Job fails, and the worker's observer marks the run Crashed.
+        dies = "python -c 'import sys; sys.exit(3)'"
+        crashed = pool.create_run(
+            api, deployment, parameters, {"namespace": seeded, "env": flow_env, "command": dies}
+        )
+        state = pool.wait_run(api, crashed, log)
+        assert state.is_crashed(), (state, log.read_text()[-3000:])
+        job = wait_job_end(kube, seeded, _job_of(kube, seeded, crashed).metadata.name)
+        assert job.status.failed == 1, job.status
+        (pod,) = job_pods(kube, seeded, job.metadata.name)
+        assert (pod.status.phase, exit_code(pod)) == ("Failed", 3)
 
         # Then as the deployment has it: the handoff ServiceAccount.
         as_shipped = {"namespace": seeded, "env": flow_env}
