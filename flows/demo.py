@@ -205,11 +205,20 @@ def main(
     run_dir: Path, *, auto_approve: bool, console: Console, verbose: bool = False
 ) -> list[DemoResult]:
     say = console.print
+    say("[bold]handoff demo[/bold]: bringing the sandbox up")
+    # Up first: it accepts only an empty run directory or its own, and wipes the latter,
+    # so the log file is opened inside it afterwards.
+    state, _ = manager.up(run_dir)
     if not verbose:
         say(f"Prefect's log lines: {log_file(run_dir)} (--verbose shows them here)")
-    with nullcontext() if verbose else logs_to(log_file(run_dir)):
-        say("[bold]handoff demo[/bold]: bringing the sandbox up")
-        state, _ = manager.up(run_dir)
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    # Prefect read its settings when it was imported: the sandbox's server is set for
+    # this process explicitly, and in the environment for the processes it starts.
+    with (
+        temporary_settings(updates={PREFECT_API_URL: state.prefect_api_url or ""}),
+        nullcontext() if verbose else logs_to(log_file(run_dir)),
+    ):
         os.environ["PREFECT_API_URL"] = state.prefect_api_url or ""
         os.environ["KUBECONFIG"] = str(state.kubeconfig)
         say(f"Prefect UI: {(state.prefect_api_url or '').removesuffix('/api')}")
