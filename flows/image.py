@@ -221,4 +221,8 @@ def _not_ready(
 
 def _client(requirement: ImageRequirement) -> RegistryClient:
     auth = RegistryAuth(load_credentials(requirement.secret_block))
-    return RegistryClient(requirement.image.base_url, auth=auth)
+    # A request is retried for at most one poll interval; past that the poll records the
+    # failure as a sighting and the wait polls on until its own timeout.
+    return RegistryClient(
+        requirement.image.base_url, auth=auth, retry_s=requirement.poll_interval_s
+    )

@@ -23,6 +23,7 @@ from flows.errors import (
     RegistryError,
     RegistryUnavailable,
 )
+from flows.retry import Retry, policy, retry_after, with_retries
 
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
@@ -75,9 +76,17 @@ class RegistryClient:
     """Reads manifests and config blobs from one registry."""
 
     def __init__(
-        self, base_url: str, *, auth: httpx.Auth | None = None, timeout_s: float = 10.0
+        self,
+        base_url: str,
+        *,
+        auth: httpx.Auth | None = None,
+        timeout_s: float = 10.0,
+        retry_s: float | None = None,
     ) -> None:
+        """retry_s: how long a request is retried (429, 5xx, no answer) by the one retry
+        policy (flows/retry.py); None: the policy's own bound."""
         self.base_url = base_url.rstrip("/")
+        self._retry = policy(retry_s)
         self._http = httpx.Client(
             base_url=self.base_url, auth=auth, timeout=timeout_s, follow_redirects=True
         )
@@ -133,15 +142,27 @@ class RegistryClient:
 
     def _request(self, method: str, path: str, *, accept: str = MANIFEST_ACCEPT) -> httpx.Response:
         url = f"{self.base_url}{path}"
-        try:
-            response = self._http.request(method, path, headers={"Accept": accept})
-        except httpx.TransportError as exc:
-            raise RegistryUnavailable(
-                f"registry {self.base_url} did not answer {method} {path} ({exc!r}); "
-                "check that it is running and reachable, then retry."
-            ) from exc
-        raise_for_registry_status(response, f"{method} {url}")
-        return response
+
+        def attempt() -> httpx.Response:
+            try:
+                response = self._http.request(method, path, headers={"Accept": accept})
+            except RegistryUnavailable as exc:  # the token service's 429 or 5xx
+                raise Retry(exc) from exc
+            except httpx.TransportError as exc:
+                unavailable = RegistryUnavailable(
+                    f"registry {self.base_url} did not answer {method} {path} ({exc!r}); "
+                    "check that it is running and reachable, then retry."
+                )
+                unavailable.__cause__ = exc
+                raise Retry(unavailable) from exc
+            try:
+                raise_for_registry_status(response, f"{method} {url}")
+            except RegistryUnavailable as exc:
+                after = retry_after(response.headers.get("Retry-After"))
+                raise Retry(exc, after_s=after) from exc
+            return response
+
+        return with_retries(attempt, what=f"registry {method} {url}", rules=self._retry)
 
     def _verified(self, response: httpx.Response, expected: str | None, *, what: str) -> str:
         actual = sha256_digest(response.content)
@@ -177,7 +198,7 @@ def raise_for_registry_status(response: httpx.Response, what: str) -> None:
     if status < 400:
         return
     detail = _error_codes(response)
-    if status >= 500:
+    if status >= 500 or status == 429:  # 429: rate limited (Docker Hub's pull limit)
         raise RegistryUnavailable(f"{what}: registry error {status} {detail}; retry later.")
     if status in (401, 403):
         raise RegistryAuthError(

@@ -18,7 +18,7 @@ from collections.abc import Generator, Mapping
 import httpx
 from pydantic import BaseModel, ConfigDict, SecretStr
 
-from flows.errors import RegistryAuthError
+from flows.errors import RegistryAuthError, RegistryUnavailable
 
 ENV_USERNAME = "HANDOFF_REGISTRY_USERNAME"
 ENV_PASSWORD = "HANDOFF_REGISTRY_PASSWORD"
@@ -144,6 +144,11 @@ class RegistryAuth(httpx.Auth):
     def _read_token(self, challenge: Challenge, response: httpx.Response) -> str:
         who = self._credentials.username or "anonymous"
         scope = challenge.params.get("scope", "(none)")
+        if response.status_code == 429 or response.status_code >= 500:
+            raise RegistryUnavailable(
+                f"token service {challenge.params['realm']} answered HTTP "
+                f"{response.status_code} for scope {scope}; retry later."
+            )
         if response.status_code != 200:
             raise RegistryAuthError(
                 f"token service {challenge.params['realm']} refused {who} for scope {scope} "

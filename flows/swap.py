@@ -22,7 +22,6 @@ from flows.progress import HandoffRun
 from flows.render import load_manifest, service_selector
 
 ENDPOINTS_S = 60.0
-_RETRIES = 5
 
 
 class SwapFailed(PermanentError):
@@ -45,9 +44,7 @@ def point_service(run: HandoffRun, target: dict[str, str]) -> None:
     record a SwitchService event. A Service already on `target` is only verified."""
     spec = run.spec
     try:
-        service = write.update_service_selector(
-            run.kube, spec.namespace, spec.service, target, retries=_RETRIES
-        )
+        service = write.update_service_selector(run.kube, spec.namespace, spec.service, target)
     except Conflict as exc:
         raise SwapFailed(f"{exc}; the selector was not switched") from exc
     verify_service(run, target)

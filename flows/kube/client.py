@@ -11,12 +11,14 @@ import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError as Urllib3Error
 
 from flows.errors import PermanentError, TransientError
+from flows.retry import Retry, policy, retry_after, with_retries
 
 FIELD_MANAGER = "handoff"
 
@@ -43,6 +45,43 @@ class Conflict(TransientError):
 
 class KubeUnavailable(TransientError):
     """The API server could not be reached or answered 5xx/429."""
+
+
+class RetryingApiClient(client.ApiClient):
+    """Every request of every API group passes here: 429, 5xx and no answer are retried
+    by the one policy (flows/retry.py), bounded by the request's own timeout if it has
+    one. Writes are safe to repeat: each is idempotent or guarded by a resourceVersion.
+    urllib3's own retries (it repeats a 429 or 503 with Retry-After, silently) are off."""
+
+    def __init__(self, configuration: client.Configuration) -> None:
+        configuration.retries = False
+        super().__init__(configuration)
+
+    def call_api(self, method: str, url: str, *args: Any, **kwargs: Any) -> Any:
+        timeout = kwargs.get("_request_timeout")
+        bound = timeout if isinstance(timeout, int | float) else None
+        path = url.split("?")[0].removeprefix(str(self.configuration.host))
+
+        def attempt() -> Any:
+            try:
+                response = super(RetryingApiClient, self).call_api(method, url, *args, **kwargs)
+            except (Urllib3Error, OSError) as exc:
+                raise Retry(exc) from exc
+            except ApiException as exc:
+                if exc.status:  # status 0: no HTTP answer (TLS failed)
+                    raise
+                raise Retry(exc) from exc
+            if response.status == 429 or response.status >= 500:
+                response.read()
+                error = ApiException(http_resp=response)
+                raise Retry(
+                    error,
+                    after_s=retry_after(response.getheader("Retry-After")),
+                    note=f"API server answered {response.status} ({_reason(error)})",
+                )
+            return response
+
+        return with_retries(attempt, what=f"{method} {path}", rules=policy(bound))
 
 
 @dataclass(frozen=True)
@@ -85,14 +124,16 @@ def connect(kubeconfig: Path | str | None = None) -> Kube:
     if path is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
         configuration = client.Configuration()
         config.load_incluster_config(client_configuration=configuration)
-        return Kube(client.ApiClient(configuration), in_cluster=True)
+        return Kube(RetryingApiClient(configuration), in_cluster=True)
     path = Path(path or Path.home() / ".kube" / "config")
     if not path.is_file():
         raise KubeError(
             f"no kubeconfig at {path}: pass --kubeconfig, set KUBECONFIG, "
             "or start the sandbox with `handoff sandbox up`"
         )
-    return Kube(config.new_client_from_config(config_file=str(path)))
+    configuration = client.Configuration()
+    config.load_kube_config(config_file=str(path), client_configuration=configuration)
+    return Kube(RetryingApiClient(configuration))
 
 
 @contextlib.contextmanager

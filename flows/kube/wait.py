@@ -14,6 +14,7 @@ from typing import Any, Generic, TypeVar
 
 from kubernetes import watch
 from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import HTTPError as Urllib3Error
 
 from flows.errors import TransientError
 from flows.kube import slices
@@ -183,7 +184,7 @@ def watch_until(
 
 
 class _Restart(Exception):
-    """The watch expired (410 Gone): list again."""
+    """The watch expired (410 Gone) or its stream broke: list again."""
 
 
 def _follow(spec: _Watch[S, T], resource_version: str, items: dict[str, S], deadline: float) -> T:
@@ -219,6 +220,10 @@ def _follow(spec: _Watch[S, T], resource_version: str, items: dict[str, S], dead
             if exc.status == 410:
                 raise _Restart from exc
             raise
+        except (Urllib3Error, OSError) as exc:
+            # The stream broke (API server restarted, connection reset): list again,
+            # which the one retry policy carries through the outage.
+            raise _Restart from exc
 
 
 def _describe_pods(pods: dict[str, PodSnapshot]) -> str:

@@ -7,14 +7,16 @@ from __future__ import annotations
 import datetime as dt
 import uuid
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from flows.kube.client import FIELD_MANAGER, Conflict, Kube, NotFound, mapped
 from flows.kube.objects import ServiceSnapshot
+from flows.retry import Retry, with_retries
+
+T = TypeVar("T")
 
 APPLY_PATCH = "application/apply-patch+yaml"
 MERGE_PATCH = "application/merge-patch+json"
-CONFLICT_RETRIES = 5
 
 
 def _dry(kube: Kube, dry_run: bool) -> str | None:
@@ -37,7 +39,8 @@ def apply_deployment(kube: Kube, body: dict[str, Any], *, dry_run: bool = False)
     """
     meta = body["metadata"]
     where = f"Deployment {meta['namespace']}/{meta['name']}"
-    for _ in range(CONFLICT_RETRIES):
+
+    def attempt() -> dict[str, Any]:
         try:
             with mapped(f"read {where}"):
                 live = kube.apps.read_namespaced_deployment(meta["name"], meta["namespace"])
@@ -46,11 +49,26 @@ def apply_deployment(kube: Kube, body: dict[str, Any], *, dry_run: bool = False)
         current = kube.api.sanitize_for_serialization(live)
         for key in ("labels", "annotations"):
             current["metadata"][key] = {**(current["metadata"].get(key) or {}), **meta.get(key, {})}
+        return _put_spec(kube, current, body["spec"], dry_run=dry_run)
+
+    return _reread_on_conflict(attempt, f"replace the spec of {where}")
+
+
+def _reread_on_conflict(attempt: Callable[[], T], what: str) -> T:
+    """A read-modify-write retried by the one policy (flows/retry.py) while its write
+    meets a 409: each try reads afresh, so another writer's change is kept, never
+    overwritten. Past the policy's bound the Conflict is raised."""
+
+    def once() -> T:
         try:
-            return _put_spec(kube, current, body["spec"], dry_run=dry_run)
-        except Conflict:
-            continue
-    raise Conflict(f"{where} kept changing: {CONFLICT_RETRIES} replacements refused (409)")
+            return attempt()
+        except Conflict as exc:
+            raise Retry(exc) from exc
+
+    try:
+        return with_retries(once, what=what)
+    except Conflict as exc:
+        raise Conflict(f"{what}: the object kept changing under this write ({exc})") from exc
 
 
 def _create_deployment(kube: Kube, body: dict[str, Any], *, dry_run: bool) -> dict[str, Any]:
@@ -234,25 +252,23 @@ def update_service_annotations(
     namespace: str,
     name: str,
     compute: Callable[[dict[str, str]], dict[str, str | None] | None],
-    *,
-    retries: int = 5,
 ) -> bool:
     """Read-modify-write of a Service's annotations, guarded by resourceVersion.
 
     compute(current annotations) returns the annotations to set (None values remove),
-    or None when nothing needs writing. A 409 re-reads and computes again. Returns
-    whether a write was made; raises Conflict if the Service kept changing.
+    or None when nothing needs writing. A 409 re-reads and computes again (the one retry
+    policy). Returns whether a write was made; raises Conflict if the Service kept changing.
     """
 
     def changes(service: ServiceSnapshot) -> dict[str, Any] | None:
         annotations = compute(service.annotations)
         return None if annotations is None else {"annotations": annotations}
 
-    return _read_modify_write(kube, namespace, name, changes, retries=retries)[1]
+    return _read_modify_write(kube, namespace, name, changes)[1]
 
 
 def update_service_selector(
-    kube: Kube, namespace: str, name: str, target: dict[str, str], *, retries: int = 5
+    kube: Kube, namespace: str, name: str, target: dict[str, str]
 ) -> ServiceSnapshot:
     """Set a Service's selector to exactly `target`, computed from a fresh read and
     guarded by its resourceVersion (a 409 re-reads). Returns the Service as read before
@@ -261,7 +277,7 @@ def update_service_selector(
     def changes(service: ServiceSnapshot) -> dict[str, Any] | None:
         return None if service.selector == target else {"selector": (service.selector, target)}
 
-    return _read_modify_write(kube, namespace, name, changes, retries=retries)[0]
+    return _read_modify_write(kube, namespace, name, changes)[0]
 
 
 def _read_modify_write(
@@ -269,23 +285,17 @@ def _read_modify_write(
     namespace: str,
     name: str,
     compute: Callable[[ServiceSnapshot], dict[str, Any] | None],
-    *,
-    retries: int,
 ) -> tuple[ServiceSnapshot, bool]:
     """Patch the Service with compute(fresh read) under that read's resourceVersion; a
     409 reads and computes again. Returns (the Service as read, whether it was written)."""
     from flows.kube.read import read_service
 
-    for _ in range(retries):
+    def attempt() -> tuple[ServiceSnapshot, bool]:
         service = read_service(kube, namespace, name)
         changes = compute(service)
         if changes is None:
             return service, False
-        try:
-            patch_service(
-                kube, namespace, name, resource_version=service.resource_version, **changes
-            )
-            return service, True
-        except Conflict:
-            continue
-    raise Conflict(f"Service {namespace}/{name} kept changing: {retries} writes refused (409)")
+        patch_service(kube, namespace, name, resource_version=service.resource_version, **changes)
+        return service, True
+
+    return _reread_on_conflict(attempt, f"patch Service {namespace}/{name}")

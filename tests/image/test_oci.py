@@ -63,7 +63,10 @@ def test_missing_tag(registry: Registry, repository: str) -> None:
 
 def test_unreachable_registry_is_transient() -> None:
     url = f"http://127.0.0.1:{procs.free_port()}"
-    with RegistryClient(url) as client, pytest.raises(RegistryUnavailable, match=url) as info:
+    with (
+        RegistryClient(url, retry_s=0.5) as client,
+        pytest.raises(RegistryUnavailable, match=url) as info,
+    ):
         client.resolve("any/repo", "tag")
     assert isinstance(info.value.__cause__, httpx.ConnectError)
 

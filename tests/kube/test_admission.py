@@ -15,9 +15,7 @@ from flows.kube.client import Kube
 from flows.warm import wait_created
 from sandbox import controlplane
 from tests.kube.webhook_server import Webhook, admission_webhook
-from tests.lease.test_lease import admin, plane
 
-__all__ = ["admin", "plane"]  # a control plane of this module's own, shared
 pytestmark = pytest.mark.timeout(300)
 DENY_LABEL = "handoff-test/admission"
 WORDS = "GPUs are lent to the night batch until 06:00"
@@ -117,3 +115,23 @@ def test_a_webhook_failing_with_503_is_waited_through(
     assert verdict.failure is None, verdict.failure
     assert webhook.verdicts.asked >= 4
     assert len(admin.core.list_namespaced_pod(watched).items) == 1
+
+
+def test_a_resource_quota_refusal_fails_the_wait_at_once(
+    admin: Kube, watched: str, webhook: Webhook
+) -> None:
+    webhook.verdicts.queued.clear()
+    webhook.verdicts.then = None
+    admin.core.create_namespaced_resource_quota(
+        watched, {"metadata": {"name": "no-pods"}, "spec": {"hard": {"pods": "0"}}}
+    )
+    deadline = time.monotonic() + 30
+    while (admin.core.read_namespaced_resource_quota("no-pods", watched).status.used or {}).get(
+        "pods"
+    ) != "0":
+        assert time.monotonic() < deadline, "the quota was never counted"
+        time.sleep(0.2)
+    _candidate(admin, watched)
+    verdict = wait_created(admin, watched, {"app": "candidate"}, 1, 90)
+    assert verdict.failure is not None, "the refused pods were waited for"
+    assert "exceeded quota: no-pods" in verdict.failure and "403" in verdict.failure
