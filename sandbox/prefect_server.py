@@ -23,10 +23,14 @@ class PrefectServerError(RuntimeError):
     """The Prefect server did not come up; the message carries its log tail."""
 
 
-def server_env(run_dir: Path, port: int) -> dict[str, str]:
+def server_env(run_dir: Path, port: int, *, auth_string: str | None = None) -> dict[str, str]:
+    """auth_string (`user:password`): the server then answers only requests carrying it
+    (clients set PREFECT_API_AUTH_STRING to the same)."""
     home = run_dir / "prefect"
     home.mkdir(parents=True, exist_ok=True)
+    auth = {"PREFECT_SERVER_API_AUTH_STRING": auth_string} if auth_string else {}
     return {
+        **auth,
         **os.environ,
         "PREFECT_HOME": str(home),
         "PREFECT_SERVER_ANALYTICS_ENABLED": "false",

@@ -111,6 +111,14 @@ def serve(
     max_records: Annotated[
         int, typer.Option("--max-records", help="Delivery ids (and merges) remembered.")
     ] = 10_000,
+    insecure_prefect: Annotated[
+        bool,
+        typer.Option(
+            "--insecure-prefect",
+            help="Start even when the Prefect API accepts requests without authentication "
+            "(or cannot be asked): anyone who reaches it can then start handoffs.",
+        ),
+    ] = False,
 ) -> None:
     """Serve the relay until interrupted."""
     import logging
@@ -168,6 +176,7 @@ def serve(
             where = ".".join(map(str, error["loc"])) or "settings"
             console.print(f"[red]{where}: {error['msg']}[/red]")
         raise typer.Exit(2) from None
+    _require_prefect_auth(settings.prefect_api_url, insecure=insecure_prefect)
     index = index_specs(settings.specs_dir, root)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)
@@ -179,3 +188,30 @@ def serve(
     for error in index.errors:
         console.print(f"[yellow]spec skipped: {error}[/yellow]")
     serve_relay(settings, host=host, port=port, log_level="warning")
+
+
+def _require_prefect_auth(api: str, *, insecure: bool) -> None:
+    """Refuse (exit 2) a Prefect API that anyone could post merge events to."""
+    from flows.webhook.prefect_auth import PrefectAuthProblem, check_prefect_auth
+
+    try:
+        state = check_prefect_auth(api)
+    except PrefectAuthProblem as exc:
+        if not insecure:
+            console.print(f"[red]{exc}; or pass --insecure-prefect to start anyway[/red]")
+            raise typer.Exit(2) from None
+        console.print(f"[yellow]{exc}; starting anyway (--insecure-prefect)[/yellow]")
+        return
+    if state == "open" and not insecure:
+        console.print(
+            f"[red]Prefect API {api} accepts requests without authentication: anyone who "
+            "reaches it can post handoff.merge events and start handoffs. Start the server "
+            "with PREFECT_SERVER_API_AUTH_STRING=user:password and give the relay, the "
+            "worker and the CLI PREFECT_API_AUTH_STRING=user:password; or pass "
+            "--insecure-prefect to start anyway[/red]"
+        )
+        raise typer.Exit(2)
+    if state == "open":
+        console.print(
+            f"[yellow]Prefect API {api} is not authenticated (--insecure-prefect)[/yellow]"
+        )

@@ -98,7 +98,7 @@ def build_event(merge: MergeEvent, *, occurred: dt.datetime) -> dict[str, Any]:
     }
 
 
-def _auth_headers() -> dict[str, str]:
+def auth_headers() -> dict[str, str]:
     """The credentials the local Prefect settings carry (API key or basic auth string)."""
     api = get_current_settings().api
     if api.key:
@@ -116,7 +116,7 @@ def emit_events(
     not answer within timeout_s, for each of connect, send and read)."""
     try:
         response = httpx.post(
-            f"{api_url}/events", json=events, headers=_auth_headers(), timeout=timeout_s
+            f"{api_url}/events", json=events, headers=auth_headers(), timeout=timeout_s
         )
     except httpx.HTTPError as exc:
         raise PrefectApiError(f"Prefect API {api_url} unreachable: {exc}") from exc
@@ -139,7 +139,7 @@ def read_merge_events(api_url: str, *, namespace: str, service: str) -> list[Rec
     }
     found: list[ReceivedMerge] = []
     try:
-        with httpx.Client(headers=_auth_headers(), timeout=_TIMEOUT_S) as http:
+        with httpx.Client(headers=auth_headers(), timeout=_TIMEOUT_S) as http:
             page = _checked(http.post(f"{api_url}/events/filter", json=query))
             while True:
                 found += [_received(e) for e in page["events"] if e.get("event") == MERGE_EVENT]
@@ -173,7 +173,7 @@ def wait_visible(api_url: str, event_id: uuid.UUID, *, deadline_s: float = 60.0)
     started = time.monotonic()
     since = dt.datetime.now(dt.UTC) - dt.timedelta(hours=1)
     query = {"filter": {"id": {"id": [str(event_id)]}, "occurred": {"since": since.isoformat()}}}
-    with httpx.Client(headers=_auth_headers(), timeout=_TIMEOUT_S) as http:
+    with httpx.Client(headers=auth_headers(), timeout=_TIMEOUT_S) as http:
         while time.monotonic() - started < deadline_s:
             try:
                 if _checked(http.post(f"{api_url}/events/filter", json=query))["events"]:

@@ -33,10 +33,10 @@ class PrefectServer(BaseModel):
     process: procs.ProcessRecord
 
 
-def start_prefect(run_dir: Path) -> PrefectServer:
+def start_prefect(run_dir: Path, *, auth_string: str | None = None) -> PrefectServer:
     port = procs.free_port()
     api = f"http://127.0.0.1:{port}/api"
-    env = prefect_server.server_env(run_dir, port)
+    env = prefect_server.server_env(run_dir, port, auth_string=auth_string)
     argv = [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1"]
     record = procs.spawn(
         "prefect-server", [*argv, "--port", str(port)], run_dir / "prefect.log", env=env
@@ -101,16 +101,20 @@ def start_relay_process(
     state_dir: Path,
     log: Path,
     options: tuple[str, ...] = (),
+    insecure: bool = True,
+    env: dict[str, str] | None = None,
 ) -> tuple[procs.ProcessRecord, str]:
-    """`handoff webhook serve [options]` as its own process, answering; (it, its hook URL)."""
+    """`handoff webhook serve [options]` as its own process, answering; (it, its hook URL).
+    insecure: against the tests' Prefect server, which has no authentication."""
     port = procs.free_port()
     argv = [
         *(sys.executable, "-m", "flows.cli", "webhook", "serve", "--secret-env"),
         *("HANDOFF_TEST_WEBHOOK_SECRET", "--port", str(port), "--specs-dir", str(specs_dir)),
         *("--state-dir", str(state_dir), "--prefect-api-url", api_url),
         *options,
+        *(["--insecure-prefect"] if insecure else []),
     ]
-    env = {**os.environ, "HANDOFF_TEST_WEBHOOK_SECRET": secret}
+    env = {**os.environ, **(env or {}), "HANDOFF_TEST_WEBHOOK_SECRET": secret}
     record = procs.spawn("relay", argv, log, env=env)
     base = f"http://127.0.0.1:{port}"
     try:

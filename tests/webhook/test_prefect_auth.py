@@ -1,0 +1,126 @@
+"""A Prefect server started with authentication (PREFECT_SERVER_API_AUTH_STRING): the
+relay, a worker and the prefect CLI authenticate with PREFECT_API_AUTH_STRING, and an
+event posted without it is refused. The relay refuses to start against an API that
+accepts anyone, or that refuses its credentials (exit 2, saying what to set), unless
+given --insecure-prefect."""
+
+from __future__ import annotations
+
+import base64
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from prefect.settings import PREFECT_API_AUTH_STRING, PREFECT_API_URL, temporary_settings
+
+from flows.webhook.events import read_merge_events, wait_persisted
+from sandbox import procs
+from tests.webhook.conftest import SECRET
+from tests.webhook.deploy import wait_until
+from tests.webhook.payloads import deliver, push_body
+from tests.webhook.servers import PrefectServer, relay_process, start_prefect
+from tests.webhook.specrepo import SpecRepo
+from tests.webhook.test_relay import ALPHA_MANIFEST
+
+AUTH = "handoff:correct-horse"
+pytestmark = pytest.mark.timeout(600)  # a Prefect server of its own
+
+
+@pytest.fixture(scope="module")
+def authed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrefectServer]:
+    server = start_prefect(tmp_path_factory.mktemp("prefect-auth"), auth_string=AUTH)
+    yield server
+    procs.stop(server.process)
+
+
+def _serve(
+    spec_repo: SpecRepo, api: str, tmp_path: Path, **env: str
+) -> subprocess.CompletedProcess[str]:
+    """`handoff webhook serve` expected to refuse at start (so it returns)."""
+    argv = [sys.executable, "-m", "flows.cli", "webhook", "serve", "--secret-env", "SECRET_ENV"]
+    argv += ["--port", str(procs.free_port()), "--specs-dir", str(spec_repo.specs_dir)]
+    argv += ["--state-dir", str(tmp_path / "state"), "--prefect-api-url", api]
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_API_")}
+    return subprocess.run(
+        argv,
+        env={**clean, "SECRET_ENV": SECRET, **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_the_relay_refuses_an_open_prefect_api(
+    prefect: PrefectServer, spec_repo: SpecRepo, tmp_path: Path
+) -> None:
+    result = _serve(spec_repo, prefect.api_url, tmp_path)
+    output = " ".join((result.stdout + result.stderr).split())
+    assert result.returncode == 2, output
+    assert "accepts requests without authentication" in output, output
+    assert "--insecure-prefect" in output and "PREFECT_SERVER_API_AUTH_STRING" in output
+
+
+@pytest.mark.slow  # a Prefect server of its own; the open-API refusal runs by default
+@pytest.mark.parametrize("credentials", [{}, {"PREFECT_API_AUTH_STRING": "handoff:wrong"}])
+def test_the_relay_refuses_credentials_the_api_refuses(
+    authed: PrefectServer, spec_repo: SpecRepo, tmp_path: Path, credentials: dict[str, str]
+) -> None:
+    result = _serve(spec_repo, authed.api_url, tmp_path, **credentials)
+    output = " ".join((result.stdout + result.stderr).split())
+    assert result.returncode == 2, output
+    assert "refused this relay's credentials" in output, output
+
+
+@pytest.mark.slow  # a Prefect server of its own
+def test_relay_worker_and_cli_authenticate_and_others_are_refused(
+    authed: PrefectServer, spec_repo: SpecRepo, tmp_path: Path
+) -> None:
+    env = {"PREFECT_API_AUTH_STRING": AUTH}
+    with relay_process(
+        specs_dir=spec_repo.specs_dir,
+        api_url=authed.api_url,
+        secret=SECRET,
+        state_dir=tmp_path / "state",
+        log=tmp_path / "relay.log",
+        insecure=False,
+        env=env,
+    ) as relay:
+        response = deliver(relay, push_body([ALPHA_MANIFEST]), SECRET)
+    assert response.status_code == 200 and response.json()["outcome"] == "emitted", response.text
+    with temporary_settings({PREFECT_API_URL: authed.api_url, PREFECT_API_AUTH_STRING: AUTH}):
+        wait_persisted(authed.api_url)
+        events = read_merge_events(
+            authed.api_url, namespace=spec_repo.namespace, service=spec_repo.services["alpha"]
+        )
+    assert [e.merge.spec for e in events] == ["alpha"]
+    # The open door is shut: an event, or a read, without the credentials is refused.
+    forged = httpx.post(f"{authed.api_url}/events", json=[], timeout=30)
+    assert forged.status_code == 401
+    # The prefect CLI and a worker, with the credentials.
+    cli_env = {**os.environ, "PREFECT_API_URL": authed.api_url, **env}
+    pool = subprocess.run(
+        [sys.executable, "-m", "prefect", "work-pool", "create", "authed", "--type", "process"],
+        env=cli_env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert pool.returncode == 0, pool.stdout + pool.stderr
+    argv = [sys.executable, "-m", "prefect", "worker", "start", "--pool", "authed"]
+    worker = procs.spawn("worker", argv, tmp_path / "worker.log", env=cli_env)
+    try:
+        headers = {"Authorization": "Basic " + base64.b64encode(AUTH.encode()).decode()}
+
+        def workers() -> list[object]:
+            answer = httpx.post(
+                f"{authed.api_url}/work_pools/authed/workers/filter", headers=headers, timeout=10
+            )
+            return answer.json() if answer.status_code == 200 else []
+
+        assert wait_until(workers, timeout_s=90, what="the worker's heartbeat")
+    finally:
+        procs.stop(worker)
