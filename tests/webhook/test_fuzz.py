@@ -1,6 +1,7 @@
 """The relay as a hostile forge and hostile clients would use it, all at once, against
 `handoff webhook serve` as its own process with tight limits: random and structured
-bodies (signed, so they reach the parser), header abuse, slow and idle clients, and
+bodies (signed, so they reach the parser; unicode in refs and paths), header abuse
+(wrong content types, duplicate signatures, huge headers), slow and idle clients, and
 upstreams that accept and never answer. Whatever comes in: no 5xx but the documented
 502/503, every answer within the deadlines, the relay's memory and disk bounded, no
 file created by any payload, and a delivery that failed is processed on its retry.
@@ -154,6 +155,11 @@ class Corpus:
             headers.append(("X-Junk", "j" * rng.choice([100, 8000])))
         elif roll < 0.34:
             headers.append(("X-Forgejo-Event", rng.choice(["push", "issues", "x" * 200])))
+        elif roll < 0.4:  # what the body claims to be: form data, text, nothing, twice JSON
+            headers = [(k, v) for k, v in headers if k.lower() != "content-type"]
+            kinds = ["application/x-www-form-urlencoded", "text/plain; charset=utf-16", ""]
+            kinds += ["multipart/form-data; boundary=x", "application/json, text/html"]
+            headers.append(("Content-Type", rng.choice(kinds)))
         return [(k, v.encode("latin-1") if isinstance(v, str) else v) for k, v in headers]
 
 
