@@ -379,3 +379,102 @@ def _first_attempt_fails(url: str, merge: str, hung: Front) -> tuple[bytes, dict
     assert first.status_code == 503, first.text
     assert time.monotonic() - started < ANSWER_WITHIN_S
     return body, headers
+
+
+def _flood_request(i: int) -> tuple[bytes, dict[str, str]]:
+    """Every third: unsigned (401), signed junk (400), a signed push touching no spec."""
+    if i % 3 == 0:
+        body = b'{"ref": "refs/heads/main"}'
+        return body, {**forgejo_headers(body, SECRET), "X-Forgejo-Signature": "0" * 64}
+    if i % 3 == 1:
+        body = b'{"ref": ' + str(i).encode()
+        return body, forgejo_headers(body, SECRET)
+    body = json.dumps(push_body(["README.md"], after=f"{i:040x}")).encode()
+    return body, forgejo_headers(body, SECRET)
+
+
+async def _flood(url: str, rate: int, seconds: float) -> tuple[list[int], float]:
+    """One client offering `rate` requests a second for `seconds` over a few kept-alive
+    connections; the statuses (0: connection closed or timed out) and the requests a
+    second from the first sent to the last answered."""
+    import asyncio
+
+    statuses: list[int] = []
+    limits = httpx.Limits(max_connections=16, max_keepalive_connections=16)
+    async with httpx.AsyncClient(limits=limits, timeout=ANSWER_WITHIN_S) as client:
+
+        async def one(i: int) -> None:
+            body, headers = _flood_request(i)
+            try:
+                statuses.append((await client.post(url, content=body, headers=headers)).status_code)
+            except httpx.HTTPError:
+                statuses.append(0)
+
+        started, tasks = time.monotonic(), []
+        for i in range(int(rate * seconds)):
+            delay = started + i / rate - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            tasks.append(asyncio.create_task(one(i)))
+        await asyncio.gather(*tasks)
+        return statuses, len(tasks) / (time.monotonic() - started)
+
+
+def _relay_under_flood(
+    prefect: PrefectServer, spec_repo: SpecRepo, tmp_path: Path, rate: int, seconds: float
+) -> None:
+    import asyncio
+
+    state, log = tmp_path / "state", tmp_path / "relay.log"
+    record, url = start_relay_process(
+        specs_dir=spec_repo.specs_dir,
+        api_url=prefect.api_url,
+        secret=SECRET,
+        state_dir=state,
+        log=log,
+        options=LIMITS,
+    )
+    try:
+        for i in range(3):  # warm
+            post(url, *_signed_push_of(i))
+        watch = Watch(record.pid)
+        baseline_kib = watch.rss_kib()
+        statuses, reached = asyncio.run(_flood(url, rate, seconds))
+        watch.stop()
+        assert procs.is_alive(record), procs.log_tail(log)
+        # correct answers after: a merge touching a spec still emits its event
+        body = json.dumps(push_body([ALPHA_MANIFEST], after="f" * 40)).encode()
+        after = httpx.post(url, content=body, headers=forgejo_headers(body, SECRET), timeout=30)
+    finally:
+        procs.stop(record)
+    counts = {s: statuses.count(s) for s in sorted(set(statuses))}
+    print(
+        f"offered {rate}/s for {seconds} s, all answered at {reached:.0f}/s; statuses {counts}; "
+        f"peak RSS {watch.peak_kib} KiB (warm {baseline_kib})"
+    )
+    assert set(counts) <= ALLOWED | {0}, counts
+    assert counts.get(401, 0) > 0 and counts.get(400, 0) > 0 and counts.get(200, 0) > 0, counts
+    assert watch.peak_kib - baseline_kib < RSS_GROWTH_MIB * 1024
+    assert after.status_code == 200 and after.json()["handoffs"] == ["alpha"], after.text
+    assert disk_bytes(state) < MAX_MIRROR_BYTES + 2 * 1024 * 1024
+
+
+def _signed_push_of(i: int) -> tuple[bytes, list[tuple[str, str | bytes]]]:
+    body = json.dumps(push_body(["manifests/golden/beta.json"], after=f"{i + 1:040x}")).encode()
+    return body, list(forgejo_headers(body, SECRET).items())
+
+
+@pytest.mark.timeout(180)
+def test_the_relay_under_a_short_flood(
+    prefect: PrefectServer, spec_repo: SpecRepo, tmp_path: Path
+) -> None:
+    """The default suite's representative of the flood below: 200 requests a second, 2 s."""
+    _relay_under_flood(prefect, spec_repo, tmp_path, rate=200, seconds=2.0)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_the_relay_under_a_flood_of_1000_requests_a_second(
+    prefect: PrefectServer, spec_repo: SpecRepo, tmp_path: Path
+) -> None:
+    _relay_under_flood(prefect, spec_repo, tmp_path, rate=1000, seconds=10.0)
