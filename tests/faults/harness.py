@@ -15,10 +15,10 @@ from flows.kube.client import Kube
 from flows.ledger import history_entries, parse_ledger
 from sandbox.proxy import address_of
 from sandbox.publisher import publish
-from sandbox.seed import ORG, World
+from sandbox.seed import CLIENT_API, ORG, World
 from sandbox.state import SandboxState
 from sandbox.traffic import ClientLoad
-from tests.faults.faults import LIVE, SERVICE, Fault, Scene
+from tests.faults.faults import CANDIDATE, LIVE, SERVICE, Fault, Scene
 from tests.faults.watch import RouteWatch
 from tests.handoff.pauses import IMPOSSIBLE, PausingRun
 from tests.world import await_phase, run_handoff, spec_in, start_handoff
@@ -115,7 +115,10 @@ def run_cell(stage: Stage, cell: Cell) -> Result:
     spec_file = _spec(stage, cell)
     url = "http://" + address_of(stage.sandbox.run_dir, ns, SERVICE, 80)
     pausing = cell.step == "approval wait"
-    with ClientLoad(url, streams=4) as load, RouteWatch(kube, ns, SERVICE) as routes:
+    with (
+        ClientLoad(url, api=CLIENT_API[SERVICE], streams=4) as load,
+        RouteWatch(kube, ns, SERVICE) as routes,
+    ):
         if pausing:
             paused = PausingRun.start(spec_file, stage.env)
             process = paused.process
@@ -224,8 +227,12 @@ def _check_service(kube: Kube, ns: str, cell: Cell, routes: RouteWatch) -> None:
     deleted Service stays deleted."""
     bad = routes.not_one_workload()
     assert routes.samples and not bad, f"{cell.key}: Service routes {bad[:3]}"
-    if cell.service_gone:
+    if cell.service_gone:  # never recreated; the Deployments put back as they were
         assert not _service_exists(kube, ns), f"{cell.key}: the Service was recreated"
+        replicas = {
+            d.metadata.name: d.spec.replicas for d in kube.apps.list_namespaced_deployment(ns).items
+        }
+        assert replicas[LIVE] == 1 and replicas.get(CANDIDATE, 0) == 0, (cell.key, replicas)
         return
     annotations = kube.core.read_namespaced_service(SERVICE, ns).metadata.annotations or {}
     ledger = parse_ledger(annotations)
