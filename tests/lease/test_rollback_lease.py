@@ -19,6 +19,7 @@ from flows.ledger import Ledger, Phase, Snapshot, parse_ledger
 from flows.progress import now_iso, save_ledger
 from flows.spec import load_spec
 from sandbox import controlplane
+from tests.kube.test_spec_fuzz import valid_spec
 from tests.lease.test_lease import SERVICE, admin, ns, plane
 
 __all__ = ["admin", "ns", "plane"]  # the control plane fixtures, shared
@@ -29,19 +30,7 @@ pytestmark = pytest.mark.timeout(300)
 def unfinished(admin: Kube, ns: str, tmp_path: Path) -> Iterator[Path]:
     """A spec of the Service, whose ledger says a handoff by `live-run` has swapped."""
     spec_file = tmp_path / "roll.yaml"
-    spec_file.write_text(
-        yaml.safe_dump(
-            {
-                "name": "roll",
-                "namespace": ns,
-                "service": SERVICE,
-                "current": ["old"],
-                "candidate": {"manifest": "cand.yaml", "deployment": "cand", "container": "s"},
-                "image": {"repository": "r.invalid/s", "tag": "v1", "source": "/nonexistent"},
-                "gates": {"model_id": "m"},
-            }
-        )
-    )
+    spec_file.write_text(yaml.safe_dump({**valid_spec(ns, SERVICE), "name": "roll"}))
     now = now_iso()
     ledger = Ledger(
         handoff_id="live-run",

@@ -298,14 +298,7 @@ def test_the_relay_under_fuzz(prefect: PrefectServer, spec_repo: SpecRepo, tmp_p
     merge, _ = merge_and_push(spec_repo, {ALPHA_MANIFEST: "kind: Deployment\n"}, "alpha v2")
     state, log = tmp_path / "state", tmp_path / "relay.log"
     with front() as hung, git_daemon(bare.parent) as daemon:
-        record, url = start_relay_process(
-            specs_dir=spec_repo.specs_dir,
-            api_url=prefect.api_url,
-            secret=SECRET,
-            state_dir=state,
-            log=log,
-            options=LIMITS,
-        )
+        record, url = _start_relay(prefect, spec_repo, state, log)
         port = int(url.split(":")[2].split("/")[0])
         try:
             # the fuzz merges another commit: the retried one must be new to the relay
@@ -359,6 +352,20 @@ def test_the_relay_under_fuzz(prefect: PrefectServer, spec_repo: SpecRepo, tmp_p
     assert [e.merge.kind for e in events if e.merge.merge_commit == merge] == ["pull_request"]
     lines = log.read_text(errors="replace").splitlines()
     assert max(map(len, lines), default=0) < 2000, "a log line repeats a payload in full"
+
+
+def _start_relay(
+    prefect: PrefectServer, spec_repo: SpecRepo, state: Path, log: Path
+) -> tuple[procs.ProcessRecord, str]:
+    """The relay under test, as its own process with the tight limits."""
+    return start_relay_process(
+        specs_dir=spec_repo.specs_dir,
+        api_url=prefect.api_url,
+        secret=SECRET,
+        state_dir=state,
+        log=log,
+        options=LIMITS,
+    )
 
 
 def _signed_push(corpus: Corpus) -> tuple[bytes, list[tuple[str, str | bytes]]]:
@@ -426,14 +433,7 @@ def _relay_under_flood(
     import asyncio
 
     state, log = tmp_path / "state", tmp_path / "relay.log"
-    record, url = start_relay_process(
-        specs_dir=spec_repo.specs_dir,
-        api_url=prefect.api_url,
-        secret=SECRET,
-        state_dir=state,
-        log=log,
-        options=LIMITS,
-    )
+    record, url = _start_relay(prefect, spec_repo, state, log)
     try:
         for i in range(3):  # warm
             post(url, *_signed_push_of(i))
