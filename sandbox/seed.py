@@ -25,11 +25,11 @@ LLM_SERVING = ROOT / "manifests" / "llm-serving"
 REAL_REGISTRY = "forgejo.riotpiao.com"
 ORG = "riotpiao-poimen"
 NAMESPACE = "llm-serving"
-# What the seeds' clients send through each Service: clef-serve moves to candle-vllm,
-# which serves chat only, so its clients speak chat to both servers.
+# What the seeds' clients send through each Service: both Services end on candle-vllm,
+# which serves chat only, so their clients speak chat to both servers.
 CLIENT_API: dict[str, Literal["completions", "chat"]] = {
     "clef-serve": "chat",
-    "coder-predictor": "completions",
+    "coder-predictor": "chat",
 }
 BEFORE_FILES = (
     "namespace.yaml",

@@ -52,7 +52,7 @@ def test_a_late_plan_approval_costs_no_downtime_and_the_gates_swap_alone(
     spec_file = coder_spec(seeded, tmp_path)
     cluster_ip = service(kube, seeded, "coder-predictor").spec.cluster_ip
     url = "http://" + address_of(sandbox.run_dir, seeded, "coder-predictor", 80)
-    with ClientLoad(url, streams=4) as load:
+    with ClientLoad(url, api=CLIENT_API["coder-predictor"], streams=4) as load:
         run = PausingRun.start(spec_file, handoff_env)
         try:
             plan_key = run.wait_paused()

@@ -15,7 +15,7 @@ from flows.kube.client import Kube
 from flows.ledger import history_entries, parse_ledger
 from flows.render import TWIN_SUFFIX
 from sandbox.proxy import address_of
-from sandbox.seed import World
+from sandbox.seed import CLIENT_API, World
 from sandbox.state import SandboxState
 from sandbox.traffic import ClientLoad
 from tests.handoff.ownership import assert_runs_exactly_the_candidate, users_changed_the_coder
@@ -42,7 +42,7 @@ def test_coder_side_by_side_when_gpus_allow(
     cluster_ip = service(kube, seeded, "coder-predictor").spec.cluster_ip
     url = "http://" + address_of(sandbox.run_dir, seeded, "coder-predictor", 80)
     owners = _watch_endpoint_owners(kube, seeded, "coder-predictor")
-    with ClientLoad(url, streams=16) as load:
+    with ClientLoad(url, api=CLIENT_API["coder-predictor"], streams=16) as load:
         result = run_handoff(spec_file, handoff_env, "--auto-approve")
     owners.stop()
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]

@@ -159,12 +159,33 @@ def test_candle_vllm_clef_runs_chat_only_and_loads_before_its_port_opens() -> No
     assert float(_flag(argv, "--load-s")[0]) > 0 and _flag(argv, "--fault") == []
 
 
-def test_clef_candle_probes_only_what_candle_vllm_serves_and_waits_for_its_load() -> None:
-    manifest = yaml.safe_load((ROOT / "manifests/llm-serving/clef-candle.yaml").read_text())
+@pytest.mark.parametrize("weights", ["coder-14b-fp16", "Qwen3-Coder-30B-A3B-GPTQ"])
+def test_candle_vllm_coder_servers_run_chat_only(weights: str) -> None:
+    argv = _argv("candle-vllm", ["--w", f"/mnt/models/{weights}"], gpus=1, runtime="nvidia")
+    assert _flag(argv, "--surface") == ["candle-vllm"]
+
+
+CANDLE_VLLM_MANIFESTS = [
+    "clef-candle.yaml",
+    "coder-14b-fp16.yaml",
+    "before/coder-gptq-30b-a3b.yaml",
+]
+
+
+@pytest.mark.parametrize("path", CANDLE_VLLM_MANIFESTS)
+def test_candle_vllm_deployments_probe_only_what_candle_vllm_serves(path: str) -> None:
+    manifest = yaml.safe_load((ROOT / "manifests/llm-serving" / path).read_text())
     [container] = manifest["spec"]["template"]["spec"]["containers"]
+    assert "candle-vllm" in container["image"]
     probes = [container.get(k) for k in ("startupProbe", "readinessProbe", "livenessProbe")]
+    assert any(probes)
     for probe in filter(None, probes):
         assert "tcpSocket" in probe or probe["httpGet"]["path"] in CANDLE_VLLM_ROUTES, probe
+
+
+def test_clef_candle_waits_for_its_load() -> None:
+    manifest = yaml.safe_load((ROOT / "manifests/llm-serving/clef-candle.yaml").read_text())
+    [container] = manifest["spec"]["template"]["spec"]["containers"]
     startup = container["startupProbe"]
     rule = load_cluster().model_for("candle-vllm", "--w /mnt/models/clef-flash")
     assert rule is not None and rule.cold_start_s > 0
