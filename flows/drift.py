@@ -21,7 +21,8 @@ from flows.kube import read
 from flows.kube.client import NotFound
 from flows.ledger import Phase
 from flows.progress import HandoffRun
-from flows.render import HANDOFF_ID_ANNOTATION, WORKLOAD_LABEL, load_manifest, service_selector
+from flows.render import HANDOFF_ID_ANNOTATION
+from flows.swap import live_only_selector, target_selector
 
 DELETED = "deleted"
 
@@ -127,10 +128,10 @@ def written_selectors(run: HandoffRun) -> list[dict[str, str]]:
     if ledger.pin:
         found.append(ledger.pin)
     if ledger.revision:
-        target = service_selector(load_manifest(run.spec), ledger.revision)
+        target = target_selector(run)
         found.append(target)
         if run.twin:
-            found.append({**target, WORKLOAD_LABEL: run.spec.candidate.deployment})
+            found.append(live_only_selector(run, target))
     return found
 
 

@@ -16,12 +16,11 @@ from flows.kube.wait import wait_pods, wait_rolled_out
 from flows.ledger import Phase
 from flows.progress import HandoffRun
 from flows.render import (
-    WORKLOAD_LABEL,
     compute_startup_allowance,
     load_manifest,
     render_candidate,
 )
-from flows.swap import point_service, target_selector, verify_service
+from flows.swap import live_only_selector, point_service, target_selector, verify_service
 from flows.warm import wait_candidate_ready
 
 RETIRE_S = 180.0
@@ -68,7 +67,7 @@ def _rewrite_live_and_remove_twin(run: HandoffRun) -> None:
     write.apply_deployment(run.kube, body)
     deadline = compute_startup_allowance(manifest, spec.candidate.container) + 60.0
     wait_rolled_out(run.kube, spec.namespace, spec.candidate.deployment, deadline_s=deadline)
-    live_only = {**target_selector(run), WORKLOAD_LABEL: spec.candidate.deployment}
+    live_only = live_only_selector(run, target_selector(run))
     point_service(run, live_only)  # returns once no route leads to the twin
     write.delete_deployment(run.kube, spec.namespace, run.candidate_name)
     _wait_none_owned(run, run.candidate_name, manifest["spec"]["selector"]["matchLabels"])

@@ -19,7 +19,7 @@ from flows.kube.objects import EndpointsSnapshot
 from flows.kube.wait import wait_endpoint_slices, wait_endpoints
 from flows.ledger import Phase
 from flows.progress import HandoffRun
-from flows.render import load_manifest, service_selector
+from flows.render import WORKLOAD_LABEL, load_manifest, service_selector
 
 ENDPOINTS_S = 60.0
 
@@ -30,6 +30,11 @@ class SwapFailed(PermanentError):
 
 def target_selector(run: HandoffRun) -> dict[str, str]:
     return service_selector(load_manifest(run.spec), run.ledger.revision or "")
+
+
+def live_only_selector(run: HandoffRun, target: dict[str, str]) -> dict[str, str]:
+    """`target` narrowed to the live Deployment's pods: a twin's retirement leaves them."""
+    return {**target, WORKLOAD_LABEL: run.spec.candidate.deployment}
 
 
 def swap_selector(run: HandoffRun) -> None:
