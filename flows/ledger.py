@@ -93,7 +93,8 @@ class Snapshot(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     selector: dict[str, str]
-    cluster_ip: str | None
+    # None (no clusterIP) is left out of the annotation, so it must read back as missing.
+    cluster_ip: str | None = None
     workloads: list[WorkloadSnapshot]
     candidate_existed: bool = False
     candidate_replicas: int = 0
