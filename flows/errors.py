@@ -1,24 +1,58 @@
 """The exceptions a handoff raises, in one hierarchy.
 
 Client exceptions (httpx, git, kubernetes) are mapped to these once, at the boundary that
-calls the client, with the original chained as ``__cause__``. The flow retries a
-``TransientError``; a ``PermanentError`` stops the handoff (and, after the apply, rolls back).
+calls the client, with the original chained as ``__cause__``. The classes below live here
+unless the tree names a module of ``flows`` (the step or client that raises them);
+tests/flows/test_error_tree.py fails when a subclass is missing from the tree or hangs under
+another parent.
 
     HandoffError
-    ├── TransientError                 retried until the step's deadline
-    │   └── RegistryUnavailable        registry unreachable or answering 5xx
+    ├── TransientError                 a condition that may clear by itself
+    │   ├── RegistryUnavailable        registry unreachable or answering 5xx
+    │   ├── NewestUnknown              (newest) the Prefect API could not be asked
+    │   ├── Conflict                   (kube.client) 409: the object changed since it was read
+    │   ├── KubeUnavailable            (kube.client) API server unreachable or answering 5xx/429
+    │   └── WaitTimedOut               (kube.wait) a wait for pods or ReplicaSets hit its deadline
     └── PermanentError                 retrying would not help
         ├── GateFailed                 a gate measured the candidate and said no
         ├── ApprovalRejected           a person declined the handoff
+        │   └── ApprovalTimedOut       (approve) nobody answered within the approval timeout
         ├── ImageNotReady              no acceptable image appeared before the deadline
         ├── ImageNotFound              the registry has no such repository/tag/digest
         ├── RegistryAuthError          the registry refused the credentials (or there were none)
         ├── RegistryError              any other refusal by the registry (4xx, bad manifest)
         ├── SourceUnavailable          the source repository cannot be cloned or fetched
-        └── ProvenanceError            an image's revision does not prove the required fixes
-            ├── MissingRevisionLabel   no org.opencontainers.image.revision in the config
-            ├── UnknownCommit          a revision or required commit is not in the repository
-            └── FixMissing             a required commit is neither an ancestor nor cherry-picked
+        ├── ProvenanceError            an image's revision does not prove the required fixes
+        │   ├── MissingRevisionLabel   no org.opencontainers.image.revision in the config
+        │   ├── UnknownCommit          a revision or required commit is not in the repository
+        │   └── FixMissing             a required commit is neither an ancestor nor cherry-picked
+        ├── KubeError                  (kube.client) the API server refused a request
+        │   ├── NotFound               (kube.client) the object does not exist
+        │   └── Forbidden              (kube.client) RBAC denies the flow's identity
+        ├── SpecError                  (spec) the handoff spec is malformed
+        ├── SpecRefused                (spec_paths) a spec file outside the specs directory
+        ├── ManifestError              (render) the candidate manifest is unreadable
+        ├── NotifyBlockError           (notify) the spec's notify.block is unusable
+        ├── PlanRefused                (plan) the cluster cannot take the handoff as specified
+        ├── HandoffInProgress          (lease) another handoff holds the Service's Lease
+        ├── LeaseLost                  (lease) this run no longer holds the Lease
+        ├── RollbackUnfinished         (start) a resumed run had started rolling back
+        ├── HistoryUnreadable          (ledger) the history annotation is not a JSON list
+        ├── BaselineError              (baseline) no live pod of another workload to compare with
+        ├── CandidateFailed            (warm) the candidate's pods cannot become ready
+        ├── DowntimeExceeded           (outage) the outage reached its estimate without a swap
+        ├── SwapFailed                 (swap) the Service does not serve only the candidate
+        ├── PersonEdited               (drift) someone changed an object the handoff works on
+        └── ServiceGone                (drift) the Service was deleted during the handoff
+
+Where a TransientError is retried, and nowhere else: a request to the API server or the
+registry that gets no answer, a 429 or a 5xx is retried by the one policy of flows/retry.py
+before it is raised as KubeUnavailable or RegistryUnavailable (for at most HANDOFF_RETRY_S);
+a read-modify-write that meets a Conflict reads again and retries under the same policy
+(flows/kube/write.py); the image step records a RegistryUnavailable as a sighting and polls on
+until its own timeout (flows/image.py); the Lease's renewal retries until the Lease would
+expire (flows/lease.py). Anywhere else a TransientError fails the run as a PermanentError
+does: the handoff stops (and, after the apply, rolls back); no step is retried as a whole.
 
 Messages name the object, what was expected, what was observed and what to do next.
 """
