@@ -11,7 +11,9 @@ import flows
 from flows import errors
 
 # "    │   ├── Conflict      (kube.client) 409: ..." -> indent, name, module
-_NODE = re.compile(r"^(?P<indent>[ │]*)(?:[├└]── )?(?P<name>[A-Z]\w+)\s+(?:\((?P<module>[\w.]+)\))?")
+_NODE = re.compile(
+    r"^(?P<indent>[ │]*)(?:[├└]── )?(?P<name>[A-Z]\w+)\s+(?:\((?P<module>[\w.]+)\))?"
+)
 
 
 def documented(doc: str) -> dict[str, tuple[str | None, str]]:
