@@ -20,8 +20,8 @@ from flows.kube.objects import PodSnapshot, owned_by_deployment
 from flows.kube.wait import wait_pods
 from flows.ledger import REVISION_LABEL, OutageRecord, Phase
 from flows.outage import OutageClock
-from flows.progress import HandoffRun
 from flows.render import compute_revision, load_manifest, override_image, render_candidate
+from flows.run import HandoffRun
 
 OLD_PODS_GONE_S = 120.0
 

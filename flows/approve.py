@@ -22,7 +22,8 @@ from flows.errors import ApprovalRejected
 from flows.ledger import ApprovalRecord, Phase
 from flows.links import run_link
 from flows.pause_clock import ticking
-from flows.progress import HandoffRun, now_iso
+from flows.progress import now_iso
+from flows.run import HandoffRun
 
 AUTO_APPROVER = "auto-approve"
 POLL_S = 2

@@ -20,8 +20,8 @@ from flows.errors import PermanentError
 from flows.kube import read
 from flows.kube.client import NotFound
 from flows.ledger import Phase
-from flows.progress import HandoffRun
 from flows.render import HANDOFF_ID_ANNOTATION
+from flows.run import HandoffRun
 from flows.swap import live_only_selector, target_selector
 
 DELETED = "deleted"

@@ -30,8 +30,8 @@ from flows.capacity import Strategy
 from flows.errors import GateFailed
 from flows.kube.portforward import Forward, pod_forward, problems_note
 from flows.ledger import Phase
-from flows.progress import HandoffRun
 from flows.render import load_manifest
+from flows.run import HandoffRun
 from gates.errors import GateError
 from gates.golden_format import Golden
 from gates.latency import run_latency_async

@@ -1,4 +1,4 @@
-"""Read and write the handoff ledger on the Service, and hold the handoff's context.
+"""Read and write the handoff ledger on the Service.
 
 Every phase change is one merge patch of the Service's annotations, guarded by the
 resourceVersion last read and retried on 409 by re-reading: a concurrent writer is
@@ -8,20 +8,12 @@ never overwritten blindly.
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
 
 from flows.errors import PermanentError
 from flows.kube import read, write
 from flows.kube.client import Conflict, Kube
-from flows.ledger import ANNOTATION, TERMINAL, Ledger, Phase, parse_ledger
-from flows.outage import OutageClock
-from flows.plan import Plan
+from flows.ledger import ANNOTATION, TERMINAL, Ledger, parse_ledger
 from flows.spec import HandoffSpec
-from flows.timeline import ReadyEndpoints, StepSpan
-
-if TYPE_CHECKING:
-    from flows.notify import Notifier
 
 
 def now_iso() -> str:
@@ -58,47 +50,3 @@ def save_ledger(
     except Conflict as exc:
         raise PermanentError(f"could not record phase {ledger.phase}: {exc}") from exc
     return stamped
-
-
-@dataclass
-class HandoffRun:
-    """What every step of one handoff needs: the cluster, the spec, the plan, the ledger."""
-
-    kube: Kube
-    spec: HandoffSpec
-    plan: Plan
-    ledger: Ledger
-    timings: dict[str, float] = field(default_factory=dict)
-    evidence: dict[str, Any] = field(default_factory=dict)
-    outage: OutageClock | None = None  # in place, from the old pods' stop to the swap
-    notifier: Notifier | None = None  # the spec's notify.block
-    spans: list[StepSpan] = field(default_factory=list)  # each step's start and length
-    ready: ReadyEndpoints | None = None  # the Service's ready endpoints, sampled
-
-    def advance(self, phase: Phase, **changes: Any) -> None:
-        """Record that the handoff reached `phase` (no-op if it already had)."""
-        if self.reached(phase) and not changes:
-            return
-        self.ledger = save_ledger(self.kube, self.spec, self.ledger.to(phase, **changes))
-
-    def limit(self, seconds: float) -> float:
-        """A wait's deadline, cut to what is left of the declared outage (in place)."""
-        return self.outage.limit(seconds) if self.outage else seconds
-
-    @property
-    def candidate_name(self) -> str:
-        """The Deployment being warmed and gated (a twin when replacing side by side)."""
-        from flows.render import candidate_name
-
-        return candidate_name(self.spec, self.ledger.strategy)
-
-    @property
-    def twin(self) -> bool:
-        from flows.render import is_twin
-
-        return is_twin(self.spec, self.ledger.strategy)
-
-    def reached(self, phase: Phase) -> bool:
-        from flows.ledger import reached
-
-        return reached(self.ledger.phase, phase)

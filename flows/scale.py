@@ -14,12 +14,12 @@ from flows.kube import write
 from flows.kube.objects import PodSnapshot, owned_by_deployment
 from flows.kube.wait import wait_pods, wait_rolled_out
 from flows.ledger import Phase
-from flows.progress import HandoffRun
 from flows.render import (
     compute_startup_allowance,
     load_manifest,
     render_candidate,
 )
+from flows.run import HandoffRun
 from flows.swap import live_only_selector, point_service, target_selector, verify_service
 from flows.warm import wait_candidate_ready
 

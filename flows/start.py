@@ -16,7 +16,8 @@ from flows.lease import HandoffInProgress
 from flows.ledger import TERMINAL, Ledger, Phase, parse_ledger
 from flows.outage import OutageClock
 from flows.plan import Plan, PlanRefused, read_target_service
-from flows.progress import HandoffRun, now_iso, save_ledger
+from flows.progress import now_iso, save_ledger
+from flows.run import HandoffRun
 from flows.spec import HandoffSpec
 
 

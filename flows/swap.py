@@ -18,8 +18,8 @@ from flows.kube.client import Conflict
 from flows.kube.objects import EndpointsSnapshot
 from flows.kube.wait import wait_endpoint_slices, wait_endpoints
 from flows.ledger import Phase
-from flows.progress import HandoffRun
 from flows.render import WORKLOAD_LABEL, load_manifest, service_selector
+from flows.run import HandoffRun
 
 ENDPOINTS_S = 60.0
 

@@ -23,8 +23,8 @@ from flows.lease import LeaseLost
 from flows.ledger import Phase
 from flows.links import run_link
 from flows.pictures import publish_pictures
-from flows.progress import HandoffRun
 from flows.render_report import gate_policy_markdown, plan_markdown
+from flows.run import HandoffRun
 from flows.start import ensure_not_rolling_back
 from flows.stepview import State, StepEvent, notify
 from flows.timeline import StepSpan

@@ -25,8 +25,8 @@ from flows.kube.objects import PodSnapshot, ReplicaSetSnapshot
 from flows.kube.portforward import pod_forward, problems_note
 from flows.kube.wait import WaitTimedOut, wait_pods, wait_replica_sets
 from flows.ledger import REVISION_LABEL, Phase
-from flows.progress import HandoffRun
 from flows.render import compute_startup_allowance, load_manifest
+from flows.run import HandoffRun
 from gates.smoke import run_smoke
 
 FAIL_FAST = frozenset(
