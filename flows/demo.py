@@ -26,9 +26,9 @@ from pydantic import BaseModel
 from rich.console import Console
 
 from flows.kube.client import Kube, connect
-from flows.links import run_link
 from flows.logfile import logs_to
-from flows.stepview import Listener, StepEvent, listening, shown_live
+from flows.report.links import run_link
+from flows.report.stepview import Listener, StepEvent, listening, shown_live
 from sandbox import manager
 from sandbox.proxy import address_of
 from sandbox.seed import (

@@ -12,7 +12,7 @@ from prefect.runtime import deployment
 from prefect.states import Cancelled
 
 from flows.newest import Superseded, ensure_newest, is_merge
-from flows.record import HandoffRecord, Trigger
+from flows.report.record import HandoffRecord, Trigger
 from flows.session import begin, finish
 from flows.spec_paths import SpecRefused, confine, specs_dir
 from flows.tasks import (

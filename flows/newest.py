@@ -27,7 +27,7 @@ from typing import TypeGuard
 from pydantic import BaseModel
 
 from flows.errors import TransientError
-from flows.record import Trigger
+from flows.report.record import Trigger
 from flows.spec import HandoffSpec, load_spec
 from flows.webhook.events import (
     SERVICE_LABEL,

@@ -10,8 +10,8 @@ from flows.ledger import Ledger, Phase
 from flows.outage import OutageClock
 from flows.plan import Plan
 from flows.progress import save_ledger
+from flows.report.timeline import ReadyEndpoints, StepSpan
 from flows.spec import HandoffSpec
-from flows.timeline import ReadyEndpoints, StepSpan
 
 if TYPE_CHECKING:
     from flows.notify import Notifier

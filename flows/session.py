@@ -22,16 +22,16 @@ from flows.kube import read
 from flows.kube.client import Kube, connect
 from flows.lease import ServiceLease, read_holder
 from flows.notify import load_notifier
-from flows.pictures import publish_timeline
 from flows.plan import make_plan
 from flows.progress import now_iso
-from flows.record import HandoffRecord, Trigger, record
-from flows.render_report import plan_markdown, record_markdown
+from flows.report.markdown import plan_markdown, record_markdown
+from flows.report.pictures import publish_timeline
+from flows.report.record import HandoffRecord, Trigger, record
+from flows.report.timeline import ReadyEndpoints, Timeline
 from flows.run import HandoffRun
 from flows.slots import service_slot
 from flows.spec import HandoffSpec, load_spec
 from flows.start import start_or_resume, unfinished
-from flows.timeline import ReadyEndpoints, Timeline
 
 
 def _run_id() -> str:

@@ -21,13 +21,13 @@ from flows.errors import HandoffError
 from flows.image import ImageRequirement, PinnedImage
 from flows.lease import LeaseLost
 from flows.ledger import Phase
-from flows.links import run_link
-from flows.pictures import publish_pictures
-from flows.render_report import gate_policy_markdown, plan_markdown
+from flows.report.links import run_link
+from flows.report.markdown import gate_policy_markdown, plan_markdown
+from flows.report.pictures import publish_pictures
+from flows.report.stepview import State, StepEvent, notify
+from flows.report.timeline import StepSpan
 from flows.run import HandoffRun
 from flows.start import ensure_not_rolling_back
-from flows.stepview import State, StepEvent, notify
-from flows.timeline import StepSpan
 
 T = TypeVar("T")
 STEP_COUNT = 9

@@ -34,7 +34,7 @@ def plan(spec: SpecArg, kubeconfig: KubeconfigOpt = None) -> None:
     from flows.errors import HandoffError
     from flows.kube.client import connect
     from flows.plan import make_plan
-    from flows.render_report import plan_markdown
+    from flows.report.markdown import plan_markdown
     from flows.spec import load_spec
 
     try:
@@ -59,8 +59,8 @@ def run(
 
     from flows.errors import HandoffError
     from flows.handoff import handoff
+    from flows.report.stepview import shown_live
     from flows.spec import load_spec
-    from flows.stepview import shown_live
 
     try:
         handoff_spec = load_spec(spec)
@@ -137,8 +137,8 @@ def rollback(
 
 
 def _write_timeline(entry: dict, out: Path) -> None:
-    from flows.timeline import Timeline
-    from flows.timeline_plot import write_timeline
+    from flows.report.timeline import Timeline
+    from flows.report.timeline_plot import write_timeline
 
     try:
         written = write_timeline(Timeline.model_validate(entry), out)
@@ -173,10 +173,10 @@ def history(
     Services, and from Prefect's runs when PREFECT_API_URL answers)."""
     import yaml
 
-    from flows import history_view
     from flows.cli.cluster import kubeconfig_or_sandbox
     from flows.errors import HandoffError
-    from flows.history import collect_history
+    from flows.report import history_view
+    from flows.report.history import collect_history
 
     output = "json" if as_json else output
     if output not in (None, "wide", "json", "yaml"):

@@ -15,7 +15,7 @@ from rich.console import Console
 
 from flows.demo import link_printer
 from flows.logfile import logs_to
-from flows.stepview import StepEvent, listening, notify, shown_live
+from flows.report.stepview import StepEvent, listening, notify, shown_live
 from tests.webhook.servers import PrefectServer
 
 LINE = "a line the flow logs"

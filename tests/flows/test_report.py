@@ -6,8 +6,8 @@ from __future__ import annotations
 import re
 
 from flows.gating import Evidence, _summary
-from flows.record import HandoffRecord
-from flows.render_report import record_markdown
+from flows.report.markdown import record_markdown
+from flows.report.record import HandoffRecord
 from gates import shown
 from gates.compare import Comparison
 from gates.latency_report import _comparison_row

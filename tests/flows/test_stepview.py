@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from rich.console import Console
 
-from flows.stepview import STEPS, StepEvent, StepView, listening, notify
+from flows.report.stepview import STEPS, StepEvent, StepView, listening, notify
 
 
 def rendered(view: StepView) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from flows.timeline import SAMPLES_KEPT, ReadyEndpoints, Timeline
+from flows.report.timeline import SAMPLES_KEPT, ReadyEndpoints, Timeline
 
 
 def _counter(*readings: int | Exception) -> Callable[[], int]:

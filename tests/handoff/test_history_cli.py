@@ -17,8 +17,8 @@ from typer.testing import CliRunner, Result
 
 from flows.cli import app
 from flows.ledger import HISTORY_ANNOTATION
-from flows.record import HandoffRecord, Trigger
-from flows.timeline import StepSpan
+from flows.report.record import HandoffRecord, Trigger
+from flows.report.timeline import StepSpan
 from sandbox.state import SandboxState
 
 SERVICE = "clef-serve-with-a-rather-long-name"

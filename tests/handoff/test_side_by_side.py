@@ -13,7 +13,7 @@ import yaml
 
 from flows.kube.client import Kube
 from flows.ledger import history_entries, parse_ledger
-from flows.stepview import STEPS
+from flows.report.stepview import STEPS
 from sandbox.proxy import address_of
 from sandbox.seed import CLIENT_API
 from sandbox.state import SandboxState

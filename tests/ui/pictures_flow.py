@@ -13,8 +13,8 @@ from pathlib import Path
 from prefect import flow
 
 from flows.gating import GateSummary
-from flows.pictures import publish_pictures, publish_timeline
-from flows.timeline import StepSpan, Timeline
+from flows.report.pictures import publish_pictures, publish_timeline
+from flows.report.timeline import StepSpan, Timeline
 from gates.golden_format import Golden
 from gates.latency import run_latency
 from gates.parity import run_parity

@@ -4,7 +4,7 @@ with its state as the outcome, and everything is ordered by time."""
 
 from __future__ import annotations
 
-from flows.prefect_history import PrefectRun, merge_history
+from flows.report.prefect_runs import PrefectRun, merge_history
 
 
 def _run(run_id: str, state: str, *, message: str | None = None, at: str) -> PrefectRun:

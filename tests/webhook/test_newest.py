@@ -11,7 +11,7 @@ import pytest
 from prefect.settings import PREFECT_API_URL, temporary_settings
 
 from flows.newest import compute_newest, ensure_newest
-from flows.record import Trigger
+from flows.report.record import Trigger
 from flows.webhook.events import MergeEvent, ReceivedMerge
 from tests.webhook.conftest import SECRET
 from tests.webhook.payloads import deliver, push_body

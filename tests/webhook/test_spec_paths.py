@@ -13,7 +13,7 @@ import pytest
 from prefect.settings import PREFECT_API_URL, temporary_settings
 
 from flows.handoff import handoff
-from flows.record import Trigger
+from flows.report.record import Trigger
 from flows.spec_paths import SPECS_DIR_ENV
 from tests.webhook.conftest import SECRET
 from tests.webhook.payloads import deliver, push_body

@@ -9,8 +9,8 @@ from collections.abc import Callable
 from prefect.artifacts import create_markdown_artifact
 
 from flows.gating import GateSummary
-from flows.timeline import Timeline
-from flows.timeline_plot import timeline_markdown
+from flows.report.timeline import Timeline
+from flows.report.timeline_plot import timeline_markdown
 from gates.latency_plot import pictures_markdown
 from gates.latency_report import LatencyFigures
 from gates.parity_plot import picture_markdown

@@ -65,7 +65,8 @@ def read_runs(services: list[str]) -> list[PrefectRun]:
     from prefect import get_client
     from prefect.client.schemas import filters
     from prefect.client.schemas.sorting import FlowRunSort
-    from prefect.settings import get_current_settings
+
+    from flows.report.links import run_link
 
     tags = filters.FlowRunFilterTags(any_=[f"service:{s}" for s in services])
     with get_client(sync_client=True) as client:
@@ -82,7 +83,6 @@ def read_runs(services: list[str]) -> list[PrefectRun]:
             )
         )
     reports = {str(a.flow_run_id): a.description for a in artifacts}
-    ui = (get_current_settings().ui_url or "").rstrip("/")
     return [
         PrefectRun(
             flow_run_id=str(r.id),
@@ -95,7 +95,7 @@ def read_runs(services: list[str]) -> list[PrefectRun]:
             finished_at=_iso(r.end_time),
             duration_s=round(r.total_run_time.total_seconds(), 1),
             trigger=r.parameters.get("trigger"),
-            url=f"{ui}/runs/flow-run/{r.id}",
+            url=run_link(str(r.id)),
             report=reports.get(str(r.id)),
         )
         for r in runs

@@ -1,5 +1,5 @@
 """Handoff history: the records kept on Services (annotation) merged with the
-handoff runs Prefect knows (flows/prefect_history.py), oldest first."""
+handoff runs Prefect knows (flows/report/prefect_runs.py), oldest first."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 from flows.kube.client import connect, mapped
 from flows.ledger import HISTORY_ANNOTATION, history_entries
-from flows.prefect_history import with_prefect_runs
+from flows.report.prefect_runs import with_prefect_runs
 
 
 def collect_history(

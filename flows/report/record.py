@@ -15,8 +15,8 @@ from pydantic import BaseModel, Field
 from flows.kube import read, write
 from flows.kube.client import Kube
 from flows.ledger import HISTORY_ANNOTATION, Ledger, appended_history, history_entries
+from flows.report.timeline import StepSpan
 from flows.spec import HandoffSpec
-from flows.timeline import StepSpan
 
 
 class Trigger(BaseModel):
@@ -113,8 +113,3 @@ def announce(kube: Kube, spec: HandoffSpec, *, reason: str, message: str, warnin
         message=message,
         warning=warning,
     )
-
-
-def read_history(kube: Kube, namespace: str, service: str) -> list[dict[str, Any]]:
-    annotations = read.read_service(kube, namespace, service).annotations
-    return history_entries(annotations, where=f"Service {namespace}/{service}")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
-from flows.timeline import Timeline
+from flows.report.timeline import Timeline
 from gates.picture import markdown_image, new_figure, png, write_png
 
 ALT = "handoff timeline"
