@@ -83,11 +83,10 @@ def verify_service(run: HandoffRun, selector: dict[str, str]) -> None:
     what = f"{{}} of Service {spec.namespace}/{spec.service} to route only to {sorted(wanted)}"
     version = slices.served_version(run.kube)
     if version is not None:
-        wait_endpoint_slices(
+        wait_endpoint_slices(version)(
             run.kube,
             spec.namespace,
             spec.service,
-            version=version,
             decide=lambda items: decide_routes_only(items, wanted),
             deadline_s=run.limit(ENDPOINTS_S),
             what=what.format(f"the EndpointSlices ({slices.GROUP}/{version})"),

@@ -25,111 +25,66 @@ from flows.kube.objects import (
     PodSnapshot,
     ReplicaSetSnapshot,
 )
-from flows.kube.read import endpoints_snapshot, pod_snapshot, replica_set_snapshot
+from flows.kube.read import (
+    deployment_snapshot,
+    endpoints_snapshot,
+    pod_snapshot,
+    replica_set_snapshot,
+)
 
 T = TypeVar("T")
 S = TypeVar("S")
+K = TypeVar("K")
 
 
 class WaitTimedOut(TransientError):
     """A wait reached its deadline; the message says what it waited for and saw."""
 
 
-def wait_pods(
-    kube: Kube,
-    namespace: str,
-    selector: dict[str, str],
-    *,
-    decide: Callable[[list[PodSnapshot]], T | None],
-    deadline_s: float,
-    what: str,
-) -> T:
-    """Follow the pods matching selector until decide(pods) returns a value."""
-    label_selector = ",".join(f"{k}={v}" for k, v in selector.items())
-    return watch_until(
-        kube,
-        kube.core.list_namespaced_pod,
-        namespace,
-        label_selector=label_selector,
-        snapshot=pod_snapshot,
-        decide=decide,
-        deadline_s=deadline_s,
-        what=what,
-        describe=_describe_pods,
-    )
+@dataclass(frozen=True)
+class Waiter(Generic[S, K]):
+    """A wait on one kind of object: how to list it, select the ones wanted (by a
+    target K: labels or a name), snapshot one and describe what it saw."""
+
+    list_fn: Callable[[Kube], Callable[..., Any]]
+    select: Callable[[K], dict[str, str]]
+    snapshot: Callable[[dict[str, Any]], S]
+    describe: Callable[[dict[str, S]], str]
+
+    def __call__(
+        self,
+        kube: Kube,
+        namespace: str,
+        target: K,
+        *,
+        decide: Callable[[list[S]], T | None],
+        deadline_s: float,
+        what: str,
+    ) -> T:
+        """Follow the objects target selects until decide(objects) returns a value."""
+        return watch_until(
+            kube,
+            self.list_fn(kube),
+            namespace,
+            snapshot=self.snapshot,
+            decide=decide,
+            deadline_s=deadline_s,
+            what=what,
+            describe=self.describe,
+            **self.select(target),
+        )
 
 
-def wait_endpoints(
-    kube: Kube,
-    namespace: str,
-    service: str,
-    *,
-    decide: Callable[[list[EndpointsSnapshot]], T | None],
-    deadline_s: float,
-    what: str,
-) -> T:
-    """Follow the Service's Endpoints object until decide([endpoints]) returns a value."""
-    return watch_until(
-        kube,
-        kube.core.list_namespaced_endpoints,
-        namespace,
-        field_selector=f"metadata.name={service}",
-        snapshot=endpoints_snapshot,
-        decide=decide,
-        deadline_s=deadline_s,
-        what=what,
-        describe=_describe_routes,
-    )
+def _labelled(selector: dict[str, str]) -> dict[str, str]:
+    return {"label_selector": ",".join(f"{k}={v}" for k, v in selector.items())}
 
 
-def wait_endpoint_slices(
-    kube: Kube,
-    namespace: str,
-    service: str,
-    *,
-    version: str,
-    decide: Callable[[list[EndpointsSnapshot]], T | None],
-    deadline_s: float,
-    what: str,
-) -> T:
-    """Follow every EndpointSlice of the Service until decide(slices) returns a value."""
-    return watch_until(
-        kube,
-        slices.list_function(kube, version),
-        namespace,
-        label_selector=f"{slices.SERVICE_NAME_LABEL}={service}",
-        snapshot=slices.slice_snapshot,
-        decide=decide,
-        deadline_s=deadline_s,
-        what=what,
-        describe=_describe_routes,
-    )
+def _named(name: str) -> dict[str, str]:
+    return {"field_selector": f"metadata.name={name}"}
 
 
-def wait_replica_sets(
-    kube: Kube,
-    namespace: str,
-    selector: dict[str, str],
-    *,
-    decide: Callable[[list[ReplicaSetSnapshot]], T | None],
-    deadline_s: float,
-    what: str,
-) -> T:
-    """Follow the ReplicaSets matching selector until decide(replica_sets) returns a value."""
-    return watch_until(
-        kube,
-        kube.apps.list_namespaced_replica_set,
-        namespace,
-        label_selector=",".join(f"{k}={v}" for k, v in selector.items()),
-        snapshot=replica_set_snapshot,
-        decide=decide,
-        deadline_s=deadline_s,
-        what=what,
-        describe=lambda items: (
-            "; ".join(f"{r.name} {r.created}/{r.replicas} created" for r in items.values())
-            or "no ReplicaSets"
-        ),
-    )
+def _of_service(service: str) -> dict[str, str]:
+    return {"label_selector": f"{slices.SERVICE_NAME_LABEL}={service}"}
 
 
 def _describe_routes(items: dict[str, EndpointsSnapshot]) -> str:
@@ -138,6 +93,13 @@ def _describe_routes(items: dict[str, EndpointsSnapshot]) -> str:
             f"{e.name}: ready {e.ready_pods}, not ready {e.not_ready_pods}" for e in items.values()
         )
         or "none"
+    )
+
+
+def _describe_replica_sets(items: dict[str, ReplicaSetSnapshot]) -> str:
+    return (
+        "; ".join(f"{r.name} {r.created}/{r.replicas} created" for r in items.values())
+        or "no ReplicaSets"
     )
 
 
@@ -236,10 +198,36 @@ def _describe_pods(pods: dict[str, PodSnapshot]) -> str:
     )
 
 
+# The pods matching a selector.
+wait_pods: Waiter[PodSnapshot, dict[str, str]] = Waiter(
+    lambda kube: kube.core.list_namespaced_pod, _labelled, pod_snapshot, _describe_pods
+)
+# The ReplicaSets matching a selector.
+wait_replica_sets: Waiter[ReplicaSetSnapshot, dict[str, str]] = Waiter(
+    lambda kube: kube.apps.list_namespaced_replica_set,
+    _labelled,
+    replica_set_snapshot,
+    _describe_replica_sets,
+)
+# The Service's Endpoints object.
+wait_endpoints: Waiter[EndpointsSnapshot, str] = Waiter(
+    lambda kube: kube.core.list_namespaced_endpoints, _named, endpoints_snapshot, _describe_routes
+)
+
+
+def wait_endpoint_slices(version: str) -> Waiter[EndpointsSnapshot, str]:
+    """Every EndpointSlice of the Service, listed through discovery.k8s.io/`version`."""
+    return Waiter(
+        lambda kube: slices.list_function(kube, version),
+        _of_service,
+        slices.slice_snapshot,
+        _describe_routes,
+    )
+
+
 def wait_rolled_out(kube: Kube, namespace: str, name: str, *, deadline_s: float) -> None:
     """Until the Deployment's controller has rolled out its current spec: observed the
     latest generation, and every desired replica is updated and Ready (no old pods)."""
-    from flows.kube.read import deployment_snapshot
 
     def done(items: list[DeploymentSnapshot]) -> bool | None:
         d = items[0] if items else None
@@ -248,19 +236,28 @@ def wait_rolled_out(kube: Kube, namespace: str, name: str, *, deadline_s: float)
         settled = d.updated_replicas == d.replicas == d.ready_replicas == d.total_replicas
         return True if settled else None
 
-    watch_until(
+    _deployment(
         kube,
-        kube.apps.list_namespaced_deployment,
         namespace,
-        field_selector=f"metadata.name={name}",
-        snapshot=deployment_snapshot,
+        name,
         decide=done,
         deadline_s=deadline_s,
         what=f"Deployment {namespace}/{name} to roll out",
-        describe=lambda items: repr(
-            [
-                d.model_dump(include={"replicas", "ready_replicas", "updated_replicas"})
-                for d in items.values()
-            ]
-        ),
     )
+
+
+def _describe_rollout(items: dict[str, DeploymentSnapshot]) -> str:
+    return repr(
+        [
+            d.model_dump(include={"replicas", "ready_replicas", "updated_replicas"})
+            for d in items.values()
+        ]
+    )
+
+
+_deployment: Waiter[DeploymentSnapshot, str] = Waiter(
+    lambda kube: kube.apps.list_namespaced_deployment,
+    _named,
+    deployment_snapshot,
+    _describe_rollout,
+)
