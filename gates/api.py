@@ -85,6 +85,14 @@ async def _call(
     return payload
 
 
+def first_choice(payload: dict[str, Any], answer: str) -> dict[str, Any]:
+    """The first choice of a completion answer; ServerError naming `answer` when it has none."""
+    choices = payload.get("choices") or []
+    if not choices or not isinstance(choices[0], dict):
+        raise ServerError(f"{answer} has no choices: {str(payload)[:200]}")
+    return dict(choices[0])
+
+
 async def list_model_ids(client: httpx.AsyncClient) -> list[str]:
     """Model ids from `/v1/models`, in the server's order."""
     payload = await get_json(client, "/v1/models")

@@ -66,6 +66,10 @@ class Capabilities(BaseModel):
         owner = self.identity.get("owned_by")
         return f"{str(url).rstrip('/')} ({owner})" if owner else str(url).rstrip("/")
 
+    def greedy_sampling(self) -> dict[str, Any]:
+        """The greedy sampling fields sent to this server."""
+        return sampling.neutral(extended=self.extended_sampling)
+
     def chat_only(self) -> bool:
         """Chat turns and no raw completions (candle-vllm)."""
         return self.chat and not self.completions

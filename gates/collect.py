@@ -13,12 +13,13 @@ from typing import Any
 
 import httpx
 
-from gates import api, sampling
+from gates import api
 from gates.capabilities import TOKEN_ID_PREFIX, Capabilities
 from gates.errors import ServerError
 from gates.golden_format import Alternative, Completion, GoldenSettings, ModelOutputs, TokenStep
 from gates.prompts import PromptCase
 
+JsonBody = dict[str, Any]
 EXTENSION_KEYS = {"probes": ("/debug/probes", "probes"), "heads": ("/v1/heads", "heads")}
 
 
@@ -36,7 +37,8 @@ async def collect_outputs(
             continue
         max_tokens = case.max_tokens or settings.max_tokens
         collect = _chat if case.api == "chat" else _completion
-        completions.append(await collect(client, model_id, case, max_tokens, settings.top_k, caps))
+        body = _common(model_id, case, max_tokens, caps)
+        completions.append(await collect(client, case, body, settings.top_k, caps))
     reference = None
     if caps.echo_logprobs:
         reference = await teacher_forced(
@@ -69,11 +71,6 @@ async def collect_outputs(
     )
 
 
-def request_sampling(caps: Capabilities) -> dict[str, Any]:
-    """The greedy sampling fields sent to a server with these capabilities."""
-    return sampling.neutral(extended=caps.extended_sampling)
-
-
 def _unavailable(case: PromptCase, caps: Capabilities, url: str, who: str) -> str | None:
     if case.api == "chat" and not caps.chat:
         return f"POST {url}/v1/chat/completions: {who} has no chat endpoint"
@@ -88,7 +85,7 @@ def _unavailable(case: PromptCase, caps: Capabilities, url: str, who: str) -> st
 
 
 def _common(model_id: str, case: PromptCase, max_tokens: int, caps: Capabilities) -> dict:
-    body: dict[str, Any] = {"model": model_id, "max_tokens": max_tokens} | request_sampling(caps)
+    body: dict[str, Any] = {"model": model_id, "max_tokens": max_tokens} | caps.greedy_sampling()
     if case.stop:
         body["stop"] = case.stop
     if caps.token_ids:
@@ -97,18 +94,13 @@ def _common(model_id: str, case: PromptCase, max_tokens: int, caps: Capabilities
 
 
 async def _completion(
-    client: httpx.AsyncClient,
-    model_id: str,
-    case: PromptCase,
-    max_tokens: int,
-    top_k: int,
-    caps: Capabilities,
+    client: httpx.AsyncClient, case: PromptCase, common: JsonBody, top_k: int, caps: Capabilities
 ) -> Completion:
-    body = _common(model_id, case, max_tokens, caps) | {"prompt": case.prompt}
+    body = common | {"prompt": case.prompt}
     if caps.completions_logprobs:
         body["logprobs"] = top_k
     payload = await api.post_json(client, "/v1/completions", body)
-    choice = _first_choice(payload)
+    choice = api.first_choice(payload, "completion answer")
     return Completion(
         prompt_id=case.id,
         api="completions",
@@ -122,19 +114,14 @@ async def _completion(
 
 
 async def _chat(
-    client: httpx.AsyncClient,
-    model_id: str,
-    case: PromptCase,
-    max_tokens: int,
-    top_k: int,
-    caps: Capabilities,
+    client: httpx.AsyncClient, case: PromptCase, common: JsonBody, top_k: int, caps: Capabilities
 ) -> Completion:
     messages = [m.model_dump() for m in case.messages or []]
-    body = _common(model_id, case, max_tokens, caps) | {"messages": messages}
+    body = common | {"messages": messages}
     if caps.chat_logprobs:
         body |= {"logprobs": True, "top_logprobs": top_k}
     payload = await api.post_json(client, "/v1/chat/completions", body)
-    choice = _first_choice(payload)
+    choice = api.first_choice(payload, "completion answer")
     content = (choice.get("logprobs") or {}).get("content") or []
     return Completion(
         prompt_id=case.id,
@@ -156,11 +143,11 @@ async def teacher_forced(
     the distribution that predicted token i is then the one listed at i - 1.
     """
     body = {"model": model_id, "prompt": text, "max_tokens": 1, "echo": True, "logprobs": top_k}
-    body |= request_sampling(caps)
+    body |= caps.greedy_sampling()
     if caps.token_ids:
         body["return_tokens_as_token_ids"] = True
     payload = await api.post_json(client, "/v1/completions", body)
-    logprobs = _first_choice(payload).get("logprobs") or {}
+    logprobs = api.first_choice(payload, "completion answer").get("logprobs") or {}
     tokens = list(logprobs.get("tokens") or [])
     values = list(logprobs.get("token_logprobs") or [])
     tops = list(logprobs.get("top_logprobs") or [])
@@ -261,13 +248,6 @@ def _pieces(
         return [None] * n
     ends = [*offsets[1:], len(text)]
     return [text[start:end] for start, end in zip(offsets, ends, strict=True)]
-
-
-def _first_choice(payload: dict[str, Any]) -> dict[str, Any]:
-    choices = payload.get("choices") or []
-    if not choices or not isinstance(choices[0], dict):
-        raise ServerError(f"completion answer has no choices: {str(payload)[:200]}")
-    return choices[0]
 
 
 def _prompt_tokens(payload: dict[str, Any]) -> int | None:

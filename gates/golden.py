@@ -8,7 +8,7 @@ from pathlib import Path
 
 from gates import api
 from gates.capabilities import discover
-from gates.collect import collect_outputs, request_sampling
+from gates.collect import collect_outputs
 from gates.errors import GoldenError
 from gates.golden_format import Golden, GoldenSettings
 from gates.prompts import load_prompts
@@ -55,7 +55,7 @@ async def record_golden_async(
     async with api.make_client(url, timeout_s=RECORD_TIMEOUT_S) as client:
         resolved = await api.resolve_model_id(client, model_id)
         caps = await discover(client, resolved, extensions=tuple(settings.extensions))
-        settings = settings.model_copy(update={"sampling": request_sampling(caps)})
+        settings = settings.model_copy(update={"sampling": caps.greedy_sampling()})
         outputs = await collect_outputs(client, model_id=resolved, settings=settings, caps=caps)
     if not outputs.completions and outputs.reference is None:
         raise GoldenError(

@@ -8,12 +8,12 @@ decided by `gates.compare` (regression against the baseline) and the optional SL
 
 from __future__ import annotations
 
-import asyncio
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from typing import TypeVar
 
 from gates import api
+from gates.blocking import blocking
 from gates.capabilities import discover
 from gates.cell import CellFigures, CellSamples, summarise_cell
 from gates.client import CHAT_PATH, COMPLETIONS_PATH
@@ -37,27 +37,6 @@ class _Side:
     shape: RequestShape
 
 
-def run_latency(
-    candidate_url: str,
-    baseline_url: str | None = None,
-    settings: LatencySettings | None = None,
-    *,
-    candidate_model: str | None = None,
-    baseline_model: str | None = None,
-) -> LatencyResult:
-    """Measure and decide; model ids default to the first each server lists."""
-    settings = settings or LatencySettings()
-    return asyncio.run(
-        run_latency_async(
-            candidate_url,
-            baseline_url,
-            settings,
-            candidate_model=candidate_model,
-            baseline_model=baseline_model,
-        )
-    )
-
-
 async def run_latency_async(
     candidate_url: str,
     baseline_url: str | None,
@@ -66,7 +45,7 @@ async def run_latency_async(
     candidate_model: str | None = None,
     baseline_model: str | None = None,
 ) -> LatencyResult:
-    """As `run_latency`, inside a running event loop."""
+    """Measure and decide; model ids default to the first each server lists."""
     figures = LatencyFigures(
         candidate_url=candidate_url, baseline_url=baseline_url, levels=[], settings=settings
     )
@@ -75,17 +54,14 @@ async def run_latency_async(
         if baseline_url is not None:
             sides.append(await _side(BASELINE, baseline_url, baseline_model, settings))
     except ServerError as exc:  # nothing measured: no verdict, and why
-        return LatencyResult(
-            name="latency",
-            passed=None,
-            reason=f"no verdict: {exc}",
-            figures=figures,
-            evidence=[str(exc)],
-        )
+        return LatencyResult.unanswered("latency", exc, figures)
     figures.candidate_model = sides[0].shape.model
     figures.baseline_model = sides[1].shape.model if len(sides) > 1 else None
     figures.levels = [await _measure_level(sides, c, settings) for c in settings.levels]
     return _result(figures, has_baseline=baseline_url is not None)
+
+
+run_latency = blocking(run_latency_async)
 
 
 async def _side(label: str, url: str, model: str | None, settings: LatencySettings) -> _Side:

@@ -9,10 +9,10 @@ band stays well formed: only these comparisons catch it.
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass
 
 from gates import api
+from gates.blocking import blocking
 from gates.capabilities import Capabilities, discover
 from gates.collect import collect_outputs
 from gates.errors import ServerError
@@ -31,17 +31,6 @@ ParityResult = GateResult[ParityFigures]
 REQUEST_TIMEOUT_S = 600.0  # as RECORD_TIMEOUT_S: one echo of the reference text
 
 
-def run_parity(
-    url: str,
-    golden: Golden,
-    tolerances: ParityTolerances | None = None,
-    *,
-    model_id: str | None = None,
-) -> ParityResult:
-    """Compare the server at `url` with `golden`; model id defaults to the golden's."""
-    return asyncio.run(run_parity_async(url, golden, tolerances, model_id=model_id))
-
-
 async def run_parity_async(
     url: str,
     golden: Golden,
@@ -49,21 +38,19 @@ async def run_parity_async(
     *,
     model_id: str | None = None,
 ) -> ParityResult:
-    """As `run_parity`, inside a running event loop."""
+    """Compare the server at `url` with `golden`; model id defaults to the golden's."""
     model_id = model_id or golden.model_id
     try:
         candidate = await collect_candidate(url, golden, model_id=model_id)
     except ServerError as exc:
-        return ParityResult(
-            name="parity",
-            passed=None,
-            reason=f"no verdict: {exc}",
-            figures=ParityFigures(
-                golden_model=golden.model_id, candidate_model=model_id, candidate_url=url
-            ),
-            evidence=[str(exc)],
+        figures = ParityFigures(
+            golden_model=golden.model_id, candidate_model=model_id, candidate_url=url
         )
+        return ParityResult.unanswered("parity", exc, figures)
     return judge(golden, candidate, tolerances or ParityTolerances())
+
+
+run_parity = blocking(run_parity_async)
 
 
 @dataclass(frozen=True)

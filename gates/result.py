@@ -7,7 +7,7 @@ never reported as a pass or as 0 ms.
 
 from __future__ import annotations
 
-from typing import Generic, Literal, TypeVar
+from typing import Generic, Literal, Self, TypeVar
 
 from pydantic import BaseModel, Field
 
@@ -36,6 +36,17 @@ class GateResult(BaseModel, Generic[FiguresT]):
     reason: str
     figures: FiguresT
     evidence: list[str] = Field(default_factory=list, description="findings behind the verdict")
+
+    @classmethod
+    def unanswered(cls, name: str, exc: Exception, figures: FiguresT) -> Self:
+        """No verdict: a server could not answer; `exc` says which and why."""
+        return cls(
+            name=name,
+            passed=None,
+            reason=f"no verdict: {exc}",
+            figures=figures,
+            evidence=[str(exc)],
+        )
 
     @property
     def verdict(self) -> Verdict:

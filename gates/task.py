@@ -17,6 +17,7 @@ import asyncio
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from gates.blocking import blocking
 from gates.errors import ServerError
 from gates.result import GateResult
 from gates.stats import Interval
@@ -43,22 +44,6 @@ class TaskRule(BaseModel):
             f"baseline and {test} says the loss is not chance (one-sided, at "
             f"{1 - self.confidence:.2g}){floor}; otherwise pass"
         )
-
-
-def run_task(
-    url: str,
-    suite: TaskSuite,
-    rule: TaskRule | None = None,
-    *,
-    baseline_url: str | None = None,
-    golden: SideScores | None = None,
-    model_id: str | None = None,
-) -> TaskResult:
-    return asyncio.run(
-        run_task_async(
-            url, suite, rule, baseline_url=baseline_url, golden=golden, model_id=model_id
-        )
-    )
 
 
 async def run_task_async(
@@ -97,19 +82,16 @@ async def run_task_async(
             assert golden is not None
             candidate, baseline = await collect_scores(url, suite, model_id=model_id), golden
     except ServerError as exc:
-        return TaskResult(
-            name="task",
-            passed=None,
-            reason=f"no verdict: {exc}",
-            figures=figures,
-            evidence=[str(exc)],
-        )
+        return TaskResult.unanswered("task", exc, figures)
     where = (
         f"live {baseline.source_url}"
         if golden is None
         else f"golden scores of {baseline.model_id} recorded {baseline.recorded_at}"
     )
     return judge(suite, baseline, candidate, rule, figures.model_copy(update={"baseline": where}))
+
+
+run_task = blocking(run_task_async)
 
 
 def _mismatch(golden: SideScores, suite: TaskSuite) -> str | None:

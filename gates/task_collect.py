@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 from pydantic import BaseModel, Field
 
-from gates import api, sampling
+from gates import api
 from gates.capabilities import discover
 from gates.errors import ServerError
 from gates.task_check import check
@@ -60,7 +60,7 @@ async def collect_scores(url: str, suite: TaskSuite, *, model_id: str | None) ->
     async with api.make_client(url, timeout_s=REQUEST_TIMEOUT_S) as client:
         model = await api.resolve_model_id(client, model_id)
         caps = await discover(client, model, logprobs=False)
-        base = sampling.neutral(extended=caps.extended_sampling)
+        base = caps.greedy_sampling()
         cases = []
         for case in suite.cases:
             if not getattr(caps, case.api):
@@ -104,19 +104,11 @@ async def _answer(
     body |= fields
     if case.stop:
         body["stop"] = case.stop
+    answer = f"{client.base_url}'s answer to case {case.id}"
     if case.messages is not None:
         body["messages"] = [m.model_dump() for m in case.messages]
         payload = await api.post_json(client, "/v1/chat/completions", body)
-        return str(_choice(payload, client, case).get("message", {}).get("content") or "")
+        return str(api.first_choice(payload, answer).get("message", {}).get("content") or "")
     body["prompt"] = case.prompt
     payload = await api.post_json(client, "/v1/completions", body)
-    return str(_choice(payload, client, case).get("text") or "")
-
-
-def _choice(payload: dict[str, Any], client: httpx.AsyncClient, case: TaskCase) -> dict:
-    choices = payload.get("choices") or []
-    if not choices or not isinstance(choices[0], dict):
-        raise ServerError(
-            f"{client.base_url} answered case {case.id} without choices: {str(payload)[:200]}"
-        )
-    return choices[0]
+    return str(api.first_choice(payload, answer).get("text") or "")
