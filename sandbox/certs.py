@@ -39,6 +39,27 @@ def _openssl(*args: str) -> None:
         raise RuntimeError(f"openssl {args[0]} failed: {result.stderr.strip()}")
 
 
+def self_signed(key: Path, crt: Path, subject: str, *, days: int, san: str = "") -> None:
+    """A new RSA key and a certificate for it signed by itself (a CA, or a lone server
+    with `san` as its subjectAltName)."""
+    _openssl(
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-days",
+        str(days),
+        "-keyout",
+        str(key),
+        "-out",
+        str(crt),
+        "-subj",
+        subject,
+        *(("-addext", f"subjectAltName={san}") if san else ()),
+    )
+
+
 def _signed_cert(pki: Pki, name: str, subject: str, ext: str) -> None:
     key, csr, crt = (pki.dir / f"{name}.{s}" for s in ("key", "csr", "crt"))
     ext_file = pki.dir / f"{name}.ext"
@@ -83,21 +104,7 @@ def ensure_pki(directory: Path) -> Pki:
     if pki.sa_pub.exists():
         return pki
     directory.mkdir(parents=True, exist_ok=True)
-    _openssl(
-        "req",
-        "-x509",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-days",
-        "3650",
-        "-keyout",
-        str(pki.ca_key),
-        "-out",
-        str(pki.ca_crt),
-        "-subj",
-        "/CN=handoff-sandbox-ca",
-    )
+    self_signed(pki.ca_key, pki.ca_crt, "/CN=handoff-sandbox-ca", days=3650)
     server_ext = f"subjectAltName={_SERVER_SANS}\nextendedKeyUsage=serverAuth\n"
     _signed_cert(pki, "apiserver", "/CN=kube-apiserver", server_ext)
     _signed_cert(

@@ -10,7 +10,6 @@ from __future__ import annotations
 import base64
 import shutil
 import sys
-import time
 from pathlib import Path
 
 import yaml
@@ -128,19 +127,13 @@ def _wait_file(
     record: procs.ProcessRecord, path: Path, timeout_s: float = COMPONENT_READY_S
 ) -> None:
     """Wait until a component signals readiness by writing `path`; name it if it dies."""
-    deadline = time.monotonic() + timeout_s
-    while not path.exists():
-        if not procs.is_alive(record):
-            raise SandboxError(
-                f"{record.name} exited during start-up; last lines of "
-                f"{record.log}:\n{procs.log_tail(record.log)}"
-            )
-        if time.monotonic() > deadline:
-            raise SandboxError(
-                f"{record.name} not ready after {timeout_s:.0f} s (no {path}); "
-                f"last lines of {record.log}:\n{procs.log_tail(record.log)}"
-            )
-        time.sleep(0.1)
+    procs.wait_started(
+        record,
+        path.exists,
+        expected=f"it to write {path}",
+        timeout_s=timeout_s,
+        error=SandboxError,
+    )
 
 
 def down(run_dir: Path) -> list[str]:

@@ -8,10 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 from pathlib import Path
-
-import httpx
 
 from sandbox import procs
 
@@ -71,15 +68,4 @@ def spawn(run_dir: Path, port: int | None = None) -> tuple[procs.ProcessRecord, 
 
 def wait_healthy(record: procs.ProcessRecord, api: str) -> None:
     """Poll /api/health; name the server and show its log if it dies or stays down."""
-    deadline = time.monotonic() + READY_S
-    while time.monotonic() < deadline and procs.is_alive(record):
-        try:
-            if httpx.get(f"{api}/health", timeout=2.0).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.3)
-    raise PrefectServerError(
-        f"Prefect server on {api} not healthy after {READY_S:.0f} s; "
-        f"last lines of {record.log}:\n{procs.log_tail(record.log)}"
-    )
+    procs.wait_answering(record, f"{api}/health", timeout_s=READY_S, error=PrefectServerError)

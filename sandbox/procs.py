@@ -12,9 +12,10 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
+import httpx
 from pydantic import BaseModel
 
 
@@ -92,6 +93,53 @@ def _reap(pid: int) -> None:
     # Only our own children can be reaped; for others this is a no-op.
     with contextlib.suppress(ChildProcessError, OSError):
         os.waitpid(pid, os.WNOHANG)
+
+
+def wait_started(
+    record: ProcessRecord,
+    ready: Callable[[], bool],
+    *,
+    expected: str,
+    timeout_s: float,
+    error: type[Exception],
+) -> None:
+    """Poll `ready` until it holds; raise `error` naming the process, what was `expected`
+    and the tail of its log when the process exits first or `timeout_s` passes."""
+    who = f"{record.name} (pid {record.pid})"
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if not is_alive(record):
+            raise error(
+                f"{who} exited during start-up; last lines of {record.log}:\n{log_tail(record.log)}"
+            )
+        if ready():
+            return
+        if time.monotonic() >= deadline:
+            raise error(
+                f"{who} not ready after {timeout_s:.0f} s: expected {expected}; last lines of "
+                f"{record.log}:\n{log_tail(record.log)}"
+            )
+        time.sleep(0.1)
+
+
+def wait_answering(
+    record: ProcessRecord, url: str, *, timeout_s: float, error: type[Exception]
+) -> None:
+    """`wait_started` until GET `url` answers 200."""
+    wait_started(
+        record,
+        lambda: _answers_200(url),
+        expected=f"GET {url} to answer 200",
+        timeout_s=timeout_s,
+        error=error,
+    )
+
+
+def _answers_200(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=2.0).status_code == 200
+    except httpx.HTTPError:
+        return False
 
 
 def log_tail(log: Path, lines: int = 20) -> str:

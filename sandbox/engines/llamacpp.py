@@ -21,11 +21,9 @@ import hashlib
 import os
 import subprocess
 import threading
-import time
 from pathlib import Path
 from typing import Literal
 
-import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
 from sandbox import procs
@@ -215,23 +213,7 @@ class LlamaServer:
 
 def wait_answering(url: str, record: procs.ProcessRecord, *, timeout_s: float) -> None:
     """Until GET /v1/models answers 200; raise with the log's tail if the process exits."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if not procs.is_alive(record):
-            raise EngineStartError(
-                f"llama.cpp server {record.name} (pid {record.pid}) exited during start-up; "
-                f"last lines of {record.log}:\n{procs.log_tail(record.log)}"
-            )
-        try:
-            if httpx.get(f"{url}/v1/models", timeout=2.0).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    raise EngineStartError(
-        f"llama.cpp server {record.name} (pid {record.pid}) did not answer GET {url}/v1/models "
-        f"within {timeout_s:.0f} s; last lines of {record.log}:\n{procs.log_tail(record.log)}"
-    )
+    procs.wait_answering(record, f"{url}/v1/models", timeout_s=timeout_s, error=EngineStartError)
 
 
 PoolKey = tuple[Variant, ServerOptions, str]

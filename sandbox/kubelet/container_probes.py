@@ -14,7 +14,7 @@ from kubernetes.client import V1Container, V1Probe
 
 from sandbox.kubelet.context import NodeContext
 from sandbox.kubelet.events import PodRef
-from sandbox.kubelet.probes import ProbeKind, ProbeTarget, ProbeWorker
+from sandbox.kubelet.probes import ProbeKind, ProbeTarget, ProbeWorker, container_port
 
 
 class ContainerProbes:
@@ -92,11 +92,8 @@ class ContainerProbes:
 
     def _target(self, probe: V1Probe) -> ProbeTarget:
         action = probe.http_get or probe.tcp_socket
-        port = action.port if action is not None else 0
-        if isinstance(port, str) and not port.isdigit():
-            named = {p.name: p.container_port for p in self._container.ports or [] if p.name}
-            port = named.get(port, 0)
-        return ProbeTarget(local_port=self._local_port, pod_ip=self._pod_ip, port=int(port))
+        port = container_port(self._container, action.port) if action is not None else 0
+        return ProbeTarget(local_port=self._local_port, pod_ip=self._pod_ip, port=port)
 
     def _unhealthy(self, message: str) -> None:
         self._ctx.events.warning(self._pod, "Unhealthy", message, container=self._container.name)

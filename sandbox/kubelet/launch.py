@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from pathlib import Path
 
 from sandbox import procs
@@ -70,17 +69,10 @@ def start(
 def wait_ready(run_dir: Path, record: procs.ProcessRecord, *, timeout_s: float) -> None:
     """Until the ready file names ``record``'s process; raise if it exits or time runs out."""
     ready = ready_file(run_dir)
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if not procs.is_alive(record):
-            raise KubeletStartError(
-                f"kubelet (pid {record.pid}) exited during start-up; last lines of "
-                f"{record.log}:\n{procs.log_tail(record.log)}"
-            )
-        if ready.exists() and json.loads(ready.read_text()).get("pid") == record.pid:
-            return
-        time.sleep(0.1)
-    raise KubeletStartError(
-        f"kubelet (pid {record.pid}) not ready after {timeout_s:.0f} s: expected {ready} "
-        f"naming it; last lines of {record.log}:\n{procs.log_tail(record.log)}"
+    procs.wait_started(
+        record,
+        lambda: ready.exists() and json.loads(ready.read_text()).get("pid") == record.pid,
+        expected=f"{ready} naming it",
+        timeout_s=timeout_s,
+        error=KubeletStartError,
     )

@@ -24,6 +24,7 @@ from kubernetes.client import V1Container, V1LifecycleHandler
 
 from sandbox.kubelet.context import NodeContext
 from sandbox.kubelet.events import PodRef
+from sandbox.kubelet.probes import container_port
 from sandbox.kubelet.spawner import ContainerProcess
 
 MIN_GRACE_S = 2.0  # the kubelet's minimum after a hook that used up the grace period
@@ -98,7 +99,7 @@ class PreStopHook:
 
     def _http_get(self, handler: V1LifecycleHandler) -> None:
         action = handler.http_get
-        port = self._container_port(action.port)
+        port = container_port(self._container, action.port)
         url = f"http://127.0.0.1:{self._ports.get(port, port)}{action.path or '/'}"
         timeout = max(self._deadline - time.monotonic(), 0.1)
         try:
@@ -107,14 +108,6 @@ class PreStopHook:
                 self._failed(f"GET {action.path} answered HTTP {answer.status_code}")
         except httpx.HTTPError as exc:
             self._failed(f"GET {action.path} on container port {port} failed: {exc}")
-
-    def _container_port(self, port: int | str) -> int:
-        if isinstance(port, int) or str(port).isdigit():
-            return int(port)
-        for declared in self._container.ports or []:
-            if declared.name == port:
-                return int(declared.container_port)
-        return 0
 
     def _failed(self, why: str) -> None:
         self._ctx.events.warning(

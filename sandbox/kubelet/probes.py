@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 import httpx
-from kubernetes.client import V1Probe
+from kubernetes.client import V1Container, V1Probe
 
 _TIMEOUT = "context deadline exceeded (Client.Timeout exceeded while awaiting headers)"
 
@@ -102,6 +102,14 @@ class ProbeWorker:
         if self.probe.tcp_socket is not None:
             return tcp_check(self.target, timeout)
         return True, ""
+
+
+def container_port(container: V1Container, port: int | str) -> int:
+    """An action's port: a number, or the name of one of the container's ports (0 if none)."""
+    if isinstance(port, int) or str(port).isdigit():
+        return int(port)
+    named = {p.name: p.container_port for p in container.ports or [] if p.name}
+    return int(named.get(port, 0))
 
 
 def http_check(probe: V1Probe, target: ProbeTarget, timeout: float) -> tuple[bool, str]:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import base64
 import json
 import ssl
-import subprocess
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -14,6 +13,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+
+from sandbox.certs import self_signed
 
 
 @dataclass
@@ -38,28 +39,7 @@ class Webhook:
 
 def _certificate(directory: Path) -> tuple[Path, Path]:
     key, crt = directory / "webhook.key", directory / "webhook.crt"
-    subprocess.run(
-        [
-            "openssl",
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-days",
-            "1",
-            "-keyout",
-            str(key),
-            "-out",
-            str(crt),
-            "-subj",
-            "/CN=127.0.0.1",
-            "-addext",
-            "subjectAltName=IP:127.0.0.1",
-        ],
-        check=True,
-        capture_output=True,
-    )
+    self_signed(key, crt, "/CN=127.0.0.1", days=1, san="IP:127.0.0.1")
     return key, crt
 
 

@@ -16,12 +16,35 @@ DEFAULT_COMPLETION_TOKENS = 16  # OpenAI's default for /v1/completions
 
 @dataclass(frozen=True)
 class Served:
+    """The model this server answers for; requests naming another, or longer, are refused."""
+
     model_id: str
     max_model_len: int
+
+    def check_model(self, requested: str | None) -> None:
+        if requested is not None and requested != self.model_id:
+            raise ApiError(
+                404,
+                f"The model `{requested}` does not exist: this server serves `{self.model_id}` "
+                "(see GET /v1/models).",
+                param="model",
+            )
+
+    def check_length(self, prompt_tokens: int, max_tokens: int) -> None:
+        if prompt_tokens + max_tokens > self.max_model_len:
+            raise ApiError(
+                400,
+                f"This model's maximum context length is {self.max_model_len} tokens. However, "
+                f"you requested {prompt_tokens + max_tokens} tokens ({prompt_tokens} in the "
+                f"prompt, {max_tokens} for the completion). Reduce the prompt or max_tokens.",
+                param="max_tokens",
+            )
 
 
 @dataclass(frozen=True)
 class Generation:
+    """What the engine runs for one request, and how its answer goes back (streamed or not)."""
+
     request: GenRequest
     renderer: Renderer
     stream: bool
@@ -29,10 +52,10 @@ class Generation:
 
 
 def plan_completion(body: CompletionRequest, served: Served, t_recv_ns: int) -> Generation:
-    _check_model(body.model, served)
+    served.check_model(body.model)
     prompt = _prompt_ids(body.prompt)
     max_tokens = DEFAULT_COMPLETION_TOKENS if body.max_tokens is None else body.max_tokens
-    _check_length(len(prompt), max_tokens, served)
+    served.check_length(len(prompt), max_tokens)
     k = body.logprobs or 0
     renderer = CompletionRenderer(
         echo=body.echo,
@@ -54,7 +77,7 @@ def plan_completion(body: CompletionRequest, served: Served, t_recv_ns: int) -> 
 
 
 def plan_chat(body: ChatRequest, served: Served, t_recv_ns: int) -> Generation:
-    _check_model(body.model, served)
+    served.check_model(body.model)
     if body.top_logprobs and not body.logprobs:
         raise ApiError(400, "top_logprobs needs logprobs: true", param="top_logprobs")
     prompt = tuple(encode(render_chat([(m.role, m.text()) for m in body.messages])))
@@ -63,7 +86,7 @@ def plan_chat(body: ChatRequest, served: Served, t_recv_ns: int) -> Generation:
     )
     # Like vLLM: without a limit, a chat may use whatever context the prompt leaves.
     max_tokens = max(served.max_model_len - len(prompt), 1) if limit is None else limit
-    _check_length(len(prompt), max_tokens, served)
+    served.check_length(len(prompt), max_tokens)
     renderer = ChatRenderer(
         model=served.model_id,
         prompt=prompt,
@@ -81,16 +104,6 @@ def plan_chat(body: ChatRequest, served: Served, t_recv_ns: int) -> Generation:
     return Generation(request, renderer, body.stream, body.include_usage)
 
 
-def _check_model(requested: str | None, served: Served) -> None:
-    if requested is not None and requested != served.model_id:
-        raise ApiError(
-            404,
-            f"The model `{requested}` does not exist: this server serves `{served.model_id}` "
-            "(see GET /v1/models).",
-            param="model",
-        )
-
-
 def _prompt_ids(prompt: str | list[int]) -> tuple[int, ...]:
     if isinstance(prompt, str):
         return tuple(encode(prompt))
@@ -100,14 +113,3 @@ def _prompt_ids(prompt: str | list[int]) -> tuple[int, ...]:
             400, f"prompt token ids {bad[:5]} are outside the vocabulary [0, 257)", param="prompt"
         )
     return tuple(prompt)
-
-
-def _check_length(prompt_tokens: int, max_tokens: int, served: Served) -> None:
-    if prompt_tokens + max_tokens > served.max_model_len:
-        raise ApiError(
-            400,
-            f"This model's maximum context length is {served.max_model_len} tokens. However, you "
-            f"requested {prompt_tokens + max_tokens} tokens ({prompt_tokens} in the prompt, "
-            f"{max_tokens} for the completion). Reduce the prompt or max_tokens.",
-            param="max_tokens",
-        )
