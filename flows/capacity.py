@@ -21,6 +21,14 @@ class Strategy(enum.StrEnum):
     IN_PLACE = "in-place"
 
 
+class Decision(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    strategy: Strategy | None  # None: refused
+    reasons: list[str]
+    scale_after_retire: bool = False
+
+
 class NodeGpu(BaseModel):
     model_config = ConfigDict(frozen=True)
 
@@ -31,14 +39,6 @@ class NodeGpu(BaseModel):
     @property
     def free(self) -> int:
         return self.allocatable - self.requested
-
-
-class Decision(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
-    strategy: Strategy | None  # None: refused
-    reasons: list[str]
-    scale_after_retire: bool = False
 
 
 def compute_gpu_ledger(nodes: Iterable[NodeSnapshot], pods: Iterable[PodSnapshot]) -> list[NodeGpu]:

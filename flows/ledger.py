@@ -23,6 +23,8 @@ HISTORY_KEEP = 10
 
 
 class Phase(enum.StrEnum):
+    """Declared in order: the forward phases, then rollback's two."""
+
     STARTED = "started"  # snapshot recorded, nothing else changed
     DOWNTIME_APPROVED = "downtime-approved"  # in place: a person accepted the outage
     OLD_STOPPED = "old-stopped"  # in place: the old pods are gone
@@ -40,19 +42,8 @@ class Phase(enum.StrEnum):
 
 TERMINAL = frozenset({Phase.DONE, Phase.ROLLED_BACK})
 
-_FORWARD = [
-    Phase.STARTED,
-    Phase.DOWNTIME_APPROVED,
-    Phase.OLD_STOPPED,
-    Phase.APPLIED,
-    Phase.WARM,
-    Phase.GATED,
-    Phase.APPROVED,
-    Phase.SWAPPED,
-    Phase.SCALED,
-    Phase.RETIRED,
-    Phase.DONE,
-]
+# The forward phases, in the order the enum declares them; rollback is entered from any.
+_FORWARD: list[Phase] = [p for p in Phase if p not in (Phase.ROLLING_BACK, Phase.ROLLED_BACK)]
 
 
 def can_enter(current: Phase, target: Phase) -> bool:

@@ -15,6 +15,7 @@ the same state.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from flows.errors import PermanentError
@@ -130,16 +131,9 @@ def wait_candidate_ready(run: HandoffRun, replicas: int) -> tuple[str, ...]:
         raise CandidateFailed(refused.failure, _events(run, refused.pod))
     if spec.candidate.capacity_wait_s > 0:
         _wait_for_capacity(run, replicas)
-    verdict = wait_pods(
-        run.kube,
-        spec.namespace,
-        candidate_selector(run),
-        decide=lambda pods: decide_warm(pods, replicas),
-        deadline_s=run.limit(deadline),
-        what=f"{replicas} Ready pod(s) of {run.candidate_name}",
+    verdict = _follow_candidate(
+        run, lambda pods: decide_warm(pods, replicas), deadline, f"{replicas} Ready pod(s)"
     )
-    if verdict.failure:
-        raise CandidateFailed(verdict.failure, _evidence(run, verdict.pod))
     run.evidence.setdefault("candidate_start_s", round(time.monotonic() - started, 2))
     return verdict.ready
 
@@ -175,13 +169,11 @@ def _wait_for_capacity(run: HandoffRun, replicas: int) -> None:
     """Give Unschedulable pods `capacity_wait_s` to be scheduled (a node being added)."""
     spec, wait_s = run.spec, run.spec.candidate.capacity_wait_s
     try:
-        verdict = wait_pods(
-            run.kube,
-            spec.namespace,
-            candidate_selector(run),
-            decide=lambda pods: decide_scheduled(pods, replicas),
-            deadline_s=run.limit(wait_s),
-            what=f"{replicas} pod(s) of {run.candidate_name} to be scheduled",
+        _follow_candidate(
+            run,
+            lambda pods: decide_scheduled(pods, replicas),
+            wait_s,
+            f"{replicas} scheduled pod(s)",
         )
     except WaitTimedOut:
         pending = [
@@ -196,8 +188,27 @@ def _wait_for_capacity(run: HandoffRun, replicas: int) -> None:
             f"{pod.unschedulable if pod else 'no pod was scheduled'}",
             _evidence(run, pod.name if pod else None),
         ) from None
+
+
+def _follow_candidate(
+    run: HandoffRun,
+    decide: Callable[[list[PodSnapshot]], WarmVerdict | None],
+    wait_s: float,
+    what: str,
+) -> WarmVerdict:
+    """Follow the candidate's pods until `decide` has a verdict; one that fails raises
+    CandidateFailed with the failing pod's events and last log lines."""
+    verdict = wait_pods(
+        run.kube,
+        run.spec.namespace,
+        candidate_selector(run),
+        decide=decide,
+        deadline_s=run.limit(wait_s),
+        what=f"{what} of {run.candidate_name}",
+    )
     if verdict.failure:
         raise CandidateFailed(verdict.failure, _evidence(run, verdict.pod))
+    return verdict
 
 
 def warm(run: HandoffRun) -> tuple[str, ...]:

@@ -208,15 +208,9 @@ def _from_push(forge: str, push: _Push, branch: str | None) -> Merge | NotAMerge
     commits = [*push.commits, *([push.head_commit] if push.head_commit else [])]
     changed = {path for c in commits for path in (*c.added, *c.removed, *c.modified)}
     head = next((c for c in reversed(commits) if c.id == push.after), None)
-    return Merge(
-        forge=forge,
-        kind="push",
-        repository=push.repository.full_name,
-        clone_url=push.repository.clone_url,
-        branch=watched,
-        merge_commit=push.after,
-        merged_at=head.timestamp if head else None,
-        changed=frozenset(changed),
+    merged_at = head.timestamp if head else None
+    return _merge(
+        forge, push.repository, watched, "push", push.after, merged_at, changed=frozenset(changed)
     )
 
 
@@ -228,14 +222,32 @@ def _from_pull_request(
         return NotAMerge(reason=f"pull_request {event.action}, not merged")
     if pr.base.ref != watched:
         return NotAMerge(reason=f"pull request merged into {pr.base.ref}, not {watched}")
+    commit, merged_at = pr.merge_commit_sha, pr.merged_at
+    return _merge(
+        forge, event.repository, watched, "pull_request", commit, merged_at, base_commit=pr.base.sha
+    )
+
+
+def _merge(
+    forge: str,
+    repo: _Repository,
+    branch: str,
+    kind: Literal["push", "pull_request"],
+    commit: str,
+    merged_at: dt.datetime | None,
+    *,
+    changed: frozenset[str] | None = None,
+    base_commit: str | None = None,
+) -> Merge:
+    """A merge of `commit` into `branch` of `repo`, as `forge` reported it."""
     return Merge(
         forge=forge,
-        kind="pull_request",
-        repository=event.repository.full_name,
-        clone_url=event.repository.clone_url,
-        branch=watched,
-        merge_commit=pr.merge_commit_sha,
-        merged_at=pr.merged_at,
-        changed=None,
-        base_commit=pr.base.sha,
+        kind=kind,
+        repository=repo.full_name,
+        clone_url=repo.clone_url,
+        branch=branch,
+        merge_commit=commit,
+        merged_at=merged_at,
+        changed=changed,
+        base_commit=base_commit,
     )

@@ -358,14 +358,8 @@ def _start_relay(
     prefect: PrefectServer, spec_repo: SpecRepo, state: Path, log: Path
 ) -> tuple[procs.ProcessRecord, str]:
     """The relay under test, as its own process with the tight limits."""
-    return start_relay_process(
-        specs_dir=spec_repo.specs_dir,
-        api_url=prefect.api_url,
-        secret=SECRET,
-        state_dir=state,
-        log=log,
-        options=LIMITS,
-    )
+    where = {"specs_dir": spec_repo.specs_dir, "state_dir": state, "log": log}
+    return start_relay_process(api_url=prefect.api_url, secret=SECRET, options=LIMITS, **where)
 
 
 def _signed_push(corpus: Corpus) -> tuple[bytes, list[tuple[str, str | bytes]]]:
