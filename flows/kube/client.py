@@ -23,6 +23,14 @@ from flows.retry import Retry, policy, retry_after, with_retries
 FIELD_MANAGER = "handoff"
 
 
+class Conflict(TransientError):
+    """The object changed since it was read (409): read it again and retry."""
+
+
+class KubeUnavailable(TransientError):
+    """The API server could not be reached or answered 5xx/429."""
+
+
 class KubeError(PermanentError):
     """The API server refused a request; retrying the same request will not help."""
 
@@ -37,14 +45,6 @@ class NotFound(KubeError):
 
 class Forbidden(KubeError):
     """RBAC denies the request to the identity the flow runs as."""
-
-
-class Conflict(TransientError):
-    """The object changed since it was read (409): read it again and retry."""
-
-
-class KubeUnavailable(TransientError):
-    """The API server could not be reached or answered 5xx/429."""
 
 
 class RetryingApiClient(client.ApiClient):
