@@ -20,7 +20,7 @@ from flows.kube.objects import PodSnapshot, owned_by_deployment
 from flows.kube.wait import wait_pods
 from flows.ledger import REVISION_LABEL, OutageRecord, Phase
 from flows.outage import OutageClock
-from flows.render import compute_revision, load_manifest, override_image, render_candidate
+from flows.render import compute_revision, load_manifest, render_candidate, unpinned_image
 from flows.run import HandoffRun
 
 OLD_PODS_GONE_S = 120.0
@@ -30,7 +30,7 @@ def apply_at_zero(run: HandoffRun, image: PinnedImage | None) -> str:
     """Apply the candidate at 0 replicas; returns its revision."""
     spec, plan = run.spec, run.plan
     manifest = load_manifest(spec)
-    pinned = image.ref if image else _unpinned(run)
+    pinned = image.ref if image else unpinned_image(spec, manifest)
     revision = compute_revision(spec, manifest, pinned)
     if run.reached(Phase.APPLIED):
         return run.ledger.revision or revision
@@ -72,16 +72,6 @@ def _start_outage(run: HandoffRun) -> None:
     )
     run.advance(run.ledger.phase, outage=record)
     run.outage = OutageClock(**record.model_dump())
-
-
-def _unpinned(run: HandoffRun) -> str:
-    manifest = load_manifest(run.spec)
-    container = next(
-        c
-        for c in manifest["spec"]["template"]["spec"]["containers"]
-        if c["name"] == run.spec.candidate.container
-    )
-    return override_image(run.spec, container["image"])
 
 
 def _wait_old_pods_gone(run: HandoffRun, revision: str) -> None:

@@ -27,9 +27,9 @@ from flows.ledger import ANNOTATION
 from flows.render import (
     candidate_name,
     is_twin,
-    override_image,
     render_candidate,
     service_selector,
+    unpinned_image,
 )
 from flows.spec import HandoffSpec
 
@@ -70,16 +70,10 @@ def planned_writes(
     candidate = candidate_name(spec, str(strategy))
 
     def body(*, twin: bool, replicas: int) -> dict[str, Any]:
-        container = next(
-            c
-            for c in manifest["spec"]["template"]["spec"]["containers"]
-            if c["name"] == spec.candidate.container
-        )
-        pinned = override_image(spec, container["image"])
         return render_candidate(
             spec,
             manifest,
-            pinned=pinned,
+            pinned=unpinned_image(spec, manifest),
             revision="plan",
             replicas=replicas,
             handoff_id="plan",

@@ -88,6 +88,17 @@ def override_image(spec: HandoffSpec, image: str) -> str:
     return spec.resolve_image(name) + (ref or "")
 
 
+def container_of(manifest: dict[str, Any], name: str) -> dict[str, Any]:
+    """The container `name` of the manifest's pod template."""
+    return next(c for c in manifest["spec"]["template"]["spec"]["containers"] if c["name"] == name)
+
+
+def unpinned_image(spec: HandoffSpec, manifest: dict[str, Any]) -> str:
+    """The candidate container's image as the manifest names it, repointed by the spec:
+    what the candidate runs when no image is pinned."""
+    return override_image(spec, container_of(manifest, spec.candidate.container)["image"])
+
+
 def compute_revision(spec: HandoffSpec, manifest: dict[str, Any], pinned: str | None) -> str:
     """A short stable id of what the pods run: the pod template as rendered (images
     repointed, the gated one pinned), without the handoff's own labels. The apply makes
@@ -146,10 +157,7 @@ DEFAULT_STARTUP_S = 300.0
 
 def compute_startup_allowance(manifest: dict[str, Any], container: str) -> float:
     """How long the candidate may take to start: its startupProbe's budget, else a default."""
-    spec = next(
-        c for c in manifest["spec"]["template"]["spec"]["containers"] if c["name"] == container
-    )
-    probe = spec.get("startupProbe")
+    probe = container_of(manifest, container).get("startupProbe")
     if not probe:
         return DEFAULT_STARTUP_S
     return float(
