@@ -11,6 +11,7 @@ from sandbox.modelserver.faults import Fault
 
 
 def model_server(
+    ctx: typer.Context,
     profile: Annotated[
         str,
         typer.Option(
@@ -47,25 +48,10 @@ def model_server(
 
     from sandbox.modelserver import ServerConfig, serve
 
+    # Every option but --print-config is a ServerConfig field of the same name.
+    options = {name: value for name, value in ctx.params.items() if name != "print_config"}
     try:
-        config = ServerConfig(
-            profile=profile,
-            port=port,
-            host=host,
-            model_id=model_id,
-            faults=tuple(fault or ()),
-            slow_start_s=slow_start_s,
-            surface=surface,
-            load_s=load_s,
-            stall_after_tokens=stall_after_tokens,
-            slowdown=slowdown,
-            ground_truth=ground_truth,
-            time_scale=time_scale,
-            keep_alive_ms=keep_alive_ms,
-            max_num_seqs=max_num_seqs,
-            cadence_ms=cadence_ms,
-            realtime=realtime,
-        )
+        config = ServerConfig.model_validate(options | {"fault": tuple(fault or ())})
     except ValidationError as exc:
         raise typer.BadParameter(str(exc)) from exc
     if print_config:
