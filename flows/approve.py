@@ -20,8 +20,8 @@ from prefect.input import RunInput
 
 from flows.errors import ApprovalRejected
 from flows.ledger import ApprovalRecord, Phase
+from flows.ledger_store import now_iso
 from flows.pause_clock import ticking
-from flows.progress import now_iso
 from flows.report.links import run_link
 from flows.run import HandoffRun
 

@@ -25,7 +25,7 @@ from flows.kube.objects import owned_by_deployment
 from flows.kube.wait import wait_pods, wait_rolled_out
 from flows.lease import LeaseLost, ServiceLease
 from flows.ledger import TERMINAL, Ledger, Phase, WorkloadSnapshot
-from flows.progress import read_ledger, save_ledger
+from flows.ledger_store import read_ledger, save_ledger
 from flows.render import candidate_name, is_twin
 from flows.report.record import announce
 from flows.spec import HandoffSpec

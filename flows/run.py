@@ -7,9 +7,9 @@ from typing import TYPE_CHECKING, Any
 
 from flows.kube.client import Kube
 from flows.ledger import Ledger, Phase
+from flows.ledger_store import save_ledger
 from flows.outage import OutageClock
 from flows.plan import Plan
-from flows.progress import save_ledger
 from flows.report.timeline import ReadyEndpoints, StepSpan
 from flows.spec import HandoffSpec
 

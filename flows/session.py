@@ -21,9 +21,9 @@ from flows.image import PinnedImage
 from flows.kube import read
 from flows.kube.client import Kube, connect
 from flows.lease import ServiceLease, read_holder
+from flows.ledger_store import now_iso
 from flows.notify import load_notifier
 from flows.plan import make_plan
-from flows.progress import now_iso
 from flows.report.markdown import plan_markdown, record_markdown
 from flows.report.pictures import publish_timeline
 from flows.report.record import HandoffRecord, Trigger, record

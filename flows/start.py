@@ -14,9 +14,9 @@ from flows.errors import PermanentError
 from flows.kube.client import Kube
 from flows.lease import HandoffInProgress
 from flows.ledger import TERMINAL, Ledger, Phase, parse_ledger
+from flows.ledger_store import now_iso, save_ledger
 from flows.outage import OutageClock
 from flows.plan import Plan, PlanRefused, read_target_service
-from flows.progress import now_iso, save_ledger
 from flows.run import HandoffRun
 from flows.spec import HandoffSpec
 

@@ -16,7 +16,7 @@ import yaml
 from flows.kube.client import Kube
 from flows.lease import ServiceLease, read_holder
 from flows.ledger import Ledger, Phase, Snapshot, parse_ledger
-from flows.progress import now_iso, save_ledger
+from flows.ledger_store import now_iso, save_ledger
 from flows.spec import load_spec
 from sandbox import controlplane
 from tests.kube.test_spec_fuzz import valid_spec
