@@ -32,7 +32,7 @@ another parent.
         ├── SpecError                  (spec) the handoff spec is malformed
         ├── SpecRefused                (spec_paths) a spec file outside the specs directory
         ├── ManifestError              (render) the candidate manifest is unreadable
-        ├── NotifyBlockError           (notify) the spec's notify.block is unusable
+        ├── NotifyBlockError           (report.notify) the spec's notify.block is unusable
         ├── PlanRefused                (plan) the cluster cannot take the handoff as specified
         ├── HandoffInProgress          (lease) another handoff holds the Service's Lease
         ├── LeaseLost                  (lease) this run no longer holds the Lease

@@ -14,7 +14,7 @@ from flows.report.timeline import ReadyEndpoints, StepSpan
 from flows.spec import HandoffSpec
 
 if TYPE_CHECKING:
-    from flows.notify import Notifier
+    from flows.report.notify import Notifier
 
 
 @dataclass

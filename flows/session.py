@@ -22,9 +22,9 @@ from flows.kube import read
 from flows.kube.client import Kube, connect
 from flows.lease import ServiceLease, read_holder
 from flows.ledger_store import now_iso
-from flows.notify import load_notifier
 from flows.plan import make_plan
 from flows.report.markdown import plan_markdown, record_markdown
+from flows.report.notify import load_notifier
 from flows.report.pictures import publish_timeline
 from flows.report.record import HandoffRecord, Trigger, record
 from flows.report.timeline import ReadyEndpoints, Timeline

@@ -10,4 +10,5 @@ history        `handoff history`'s records: the Services' annotations merged wit
 prefect_runs   the handoff runs Prefect knows, merged with the records by flow run id
 history_view   how `handoff history` prints the records
 links          a run's address in the Prefect UI
+notify         the spec's notification block: an approval is waiting, a rollback happened
 """

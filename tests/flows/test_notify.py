@@ -10,7 +10,7 @@ import pytest
 from prefect import flow
 from prefect.settings import PREFECT_API_URL, temporary_settings
 
-from flows.notify import NotifyBlockError, load_notifier
+from flows.report.notify import NotifyBlockError, load_notifier
 from flows.spec import HandoffSpec, NotifySpec, load_spec
 from tests.receiver import receiving, webhook_block
 from tests.webhook.servers import PrefectServer
