@@ -8,7 +8,9 @@ dryRun=All: admission runs in full and nothing is persisted. 400 (BadRequest: a 
 that denies), 403 (Forbidden: quota, LimitRange, pod security, a webhook) and 422
 (Invalid) are refusals that a retry by the ReplicaSet will not change; any other answer
 is not. A 403 counts only when RBAC lets this identity create pods there, else it may be
-RBAC's own refusal of the probe. Needs `create` on pods (never persisted: dry-run).
+RBAC's own refusal of the probe, and only when the pods' ServiceAccount exists, else it is
+the ServiceAccount admission waiting for it. Needs `create` on pods (never persisted:
+dry-run) and `get` on serviceaccounts.
 """
 
 from __future__ import annotations
@@ -29,11 +31,16 @@ def admission_refusal(kube: Kube, namespace: str, replica_set: str) -> str | Non
     None when a pod of it would be admitted now, or the answer proves nothing."""
     with mapped(f"read ReplicaSet {namespace}/{replica_set}"):
         rs = kube.apps.read_namespaced_replica_set(replica_set, namespace)
+    pod = _pod_of(kube, rs)
     try:
-        kube.core.create_namespaced_pod(namespace, _pod_of(kube, rs), dry_run="All")
+        kube.core.create_namespaced_pod(namespace, pod, dry_run="All")
     except ApiException as exc:
         status = exc.status or 0
-        if status not in REFUSING or (status == 403 and not _may_create_pods(kube, namespace)):
+        if status not in REFUSING:
+            return None
+        if status == 403 and (
+            not _may_create_pods(kube, namespace) or _service_account_missing(kube, namespace, pod)
+        ):
             return None
         body = _status_body(exc)
         reason = body.get("reason") or REFUSING[status]
@@ -72,6 +79,20 @@ def _may_create_pods(kube: Kube, namespace: str) -> bool:
     with mapped(f"ask whether this identity may create pods in {namespace}"):
         answer = client.AuthorizationV1Api(kube.api).create_self_subject_access_review(review)
     return bool(answer.status.allowed)
+
+
+def _service_account_missing(kube: Kube, namespace: str, pod: dict[str, Any]) -> bool:
+    """Admission answers 403 while the pods' ServiceAccount does not exist, which is often
+    a moment in a release that creates both: a passing failure. Told by reading it."""
+    spec = pod["spec"]
+    name = spec.get("serviceAccountName") or spec.get("serviceAccount") or "default"
+    try:
+        kube.core.read_namespaced_service_account(name, namespace)
+    except ApiException as exc:
+        return exc.status == 404  # a 403 here proves nothing: the refusal stands
+    except (Urllib3Error, OSError):
+        return False
+    return False
 
 
 def _status_body(exc: ApiException) -> dict[str, Any]:

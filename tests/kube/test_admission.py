@@ -5,6 +5,7 @@ message; a webhook that answers 503 (a failure, not a refusal) is waited through
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -72,7 +73,7 @@ def watched(admin: Kube, webhook: Webhook) -> str:
     return namespace
 
 
-def _candidate(admin: Kube, namespace: str) -> None:
+def _candidate(admin: Kube, namespace: str, **pod: object) -> None:
     container = {"name": "server", "image": "example.invalid/server:1"}
     admin.apps.create_namespaced_deployment(
         namespace,
@@ -83,7 +84,11 @@ def _candidate(admin: Kube, namespace: str) -> None:
                 "selector": {"matchLabels": {"app": "candidate"}},
                 "template": {
                     "metadata": {"labels": {"app": "candidate"}},
-                    "spec": {"automountServiceAccountToken": False, "containers": [container]},
+                    "spec": {
+                        "automountServiceAccountToken": False,
+                        "containers": [container],
+                        **pod,
+                    },
                 },
             },
         },
@@ -135,3 +140,23 @@ def test_a_resource_quota_refusal_fails_the_wait_at_once(
     verdict = wait_created(admin, watched, {"app": "candidate"}, 1, 90)
     assert verdict.failure is not None, "the refused pods were waited for"
     assert "exceeded quota: no-pods" in verdict.failure and "403" in verdict.failure
+
+
+def test_a_service_account_not_made_yet_is_waited_for(
+    admin: Kube, watched: str, webhook: Webhook
+) -> None:
+    # Admission answers 403 while the pods' ServiceAccount does not exist: a passing
+    # failure (it is often created moments later, by the same release), not a refusal.
+    webhook.verdicts.queued.clear()
+    webhook.verdicts.then = None
+    _candidate(admin, watched, serviceAccountName="late")
+    timer = threading.Timer(
+        8, admin.core.create_namespaced_service_account, (watched, {"metadata": {"name": "late"}})
+    )
+    timer.start()
+    try:
+        verdict = wait_created(admin, watched, {"app": "candidate"}, 1, 90)
+    finally:
+        timer.join()
+    assert verdict.failure is None, verdict.failure
+    assert len(admin.core.list_namespaced_pod(watched).items) == 1
