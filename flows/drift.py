@@ -19,7 +19,8 @@ from pydantic import BaseModel, ConfigDict
 from flows.errors import PermanentError
 from flows.kube import read
 from flows.kube.client import NotFound
-from flows.ledger import Phase
+from flows.kube.objects import DeploymentSnapshot
+from flows.ledger import Phase, WorkloadSnapshot
 from flows.render import HANDOFF_ID_ANNOTATION
 from flows.run import HandoffRun
 from flows.swap import live_only_selector, target_selector
@@ -140,7 +141,7 @@ def live_untouched(run: HandoffRun) -> bool:
     the apply; side by side it scales or rewrites them at the retirement."""
     if run.ledger.strategy == "in-place":
         return run.ledger.outage is None and not run.reached(Phase.OLD_STOPPED)
-    return not run.reached(Phase.SCALED)
+    return not run.reached(Phase.RETIRED)
 
 
 def _deployment(name: str, field: str, expected: object, observed: object) -> Change:
@@ -154,6 +155,8 @@ def _live_changes(run: HandoffRun) -> list[Change]:
     for recorded in run.ledger.snapshot.workloads:
         name = recorded.name
         found = read.read_deployment(run.kube, run.spec.namespace, name)
+        if found is not None and _retired_by_this_handoff(run, recorded, found):
+            continue
         if found is None:
             changes.append(_deployment(name, "(the object)", "live before the handoff", DELETED))
         elif recorded.uid and found.uid != recorded.uid:
@@ -166,6 +169,19 @@ def _live_changes(run: HandoffRun) -> list[Change]:
             edited = f"{found.generation} (its spec was edited or rolled)"
             changes.append(_deployment(name, "metadata.generation", recorded.generation, edited))
     return changes
+
+
+def _retired_by_this_handoff(
+    run: HandoffRun, recorded: WorkloadSnapshot, found: DeploymentSnapshot
+) -> bool:
+    """After the swap the retirement may have begun (a rerun, or a retirement before the
+    scale-up): the same live Deployment at 0 replicas, or through a twin rewritten with
+    this handoff's id, is its write, not a person's."""
+    if not run.reached(Phase.SWAPPED) or recorded.uid not in (None, found.uid):
+        return False
+    if run.twin:
+        return found.annotations.get(HANDOFF_ID_ANNOTATION) == run.ledger.handoff_id
+    return found.replicas == 0
 
 
 def _candidate_changes(run: HandoffRun) -> list[Change]:

@@ -34,10 +34,12 @@ def scale_up(run: HandoffRun) -> None:
     run.advance(Phase.SCALED)
 
 
-def retire(run: HandoffRun) -> None:
+def retire(run: HandoffRun, *, record: bool = True) -> None:
     """Old workloads to 0 (kept, never deleted). Replacing the live Deployment in place
     there is nothing left; through a twin, the live Deployment now takes the candidate's
-    spec (its pods carry the revision the Service selects) and the twin is removed."""
+    spec (its pods carry the revision the Service selects) and the twin is removed.
+    `record=False` leaves the ledger before `retired`, for a retirement that comes
+    before the scale-up (the ledger's phases only go forward)."""
     if run.reached(Phase.RETIRED):
         return
     if run.twin:
@@ -48,7 +50,8 @@ def retire(run: HandoffRun) -> None:
             write.scale_deployment(run.kube, run.spec.namespace, deployment.name, 0)
         for deployment in run.plan.current:
             _wait_none_owned(run, deployment.name, deployment.selector)
-    run.advance(Phase.RETIRED)
+    if record:
+        run.advance(Phase.RETIRED)
 
 
 def _rewrite_live_and_remove_twin(run: HandoffRun) -> None:

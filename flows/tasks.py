@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -213,9 +214,11 @@ def _end_outage(run: HandoffRun) -> None:
 
 @step("scale-up-and-retire")
 def scale_up_and_retire(run: HandoffRun) -> None:
-    """Scale-up first unless the target only fits once the old workload is gone."""
+    """Scale-up first unless the target only fits once the old workload is gone. Then
+    the old workloads go to 0 first and the ledger still reads scaled, then retired: the
+    retirement is recorded (setting the same replica counts again) after the scale-up."""
     order = (
-        (scale.retire, scale.scale_up)
+        (partial(scale.retire, record=False), scale.scale_up, scale.retire)
         if run.plan.decision.scale_after_retire
         else (scale.scale_up, scale.retire)
     )
