@@ -24,8 +24,11 @@ ENV UV_PYTHON_PREFERENCE=only-system UV_LINK_MODE=copy UV_COMPILE_BYTECODE=1
 # The locked dependencies first: a layer that changes only with uv.lock.
 COPY pyproject.toml uv.lock README.md ./
 RUN uv sync --frozen --no-dev --no-install-project
+COPY cli cli
 COPY flows flows
 COPY gates gates
+COPY ociclient ociclient
+COPY retrypolicy retrypolicy
 COPY sandbox sandbox
 COPY manifests manifests
 COPY prefect.yaml ./

@@ -1,14 +1,17 @@
 """The exceptions a handoff raises, in one hierarchy.
 
 Client exceptions (httpx, git, kubernetes) are mapped to these once, at the boundary that
-calls the client, with the original chained as ``__cause__``. The classes below live here
+calls the client, with the original chained as ``__cause__``. The registry client's own
+errors (``ociclient.errors``) are mapped by the image step (``flows/image.py``): a registry
+that is unreachable or answers 429/5xx is a ``TransientError``, a missing image an
+``ImageMissing``, refused credentials or any other refusal a ``PermanentError``; messages
+unchanged. The classes below live here
 unless the tree names a module of ``flows`` (the step or client that raises them);
 tests/flows/test_error_tree.py fails when a subclass is missing from the tree or hangs under
 another parent.
 
     HandoffError
     ├── TransientError                 a condition that may clear by itself
-    │   ├── RegistryUnavailable        registry unreachable or answering 5xx
     │   ├── NewestUnknown              (newest) the Prefect API could not be asked
     │   ├── Conflict                   (kube.client) 409: the object changed since it was read
     │   ├── KubeUnavailable            (kube.client) API server unreachable or answering 5xx/429
@@ -18,9 +21,7 @@ another parent.
         ├── ApprovalRejected           a person declined the handoff
         │   └── ApprovalTimedOut       (approve) nobody answered within the approval timeout
         ├── ImageNotReady              no acceptable image appeared before the deadline
-        ├── ImageNotFound              the registry has no such repository/tag/digest
-        ├── RegistryAuthError          the registry refused the credentials (or there were none)
-        ├── RegistryError              any other refusal by the registry (4xx, bad manifest)
+        ├── ImageMissing               the registry has no such repository/tag/digest
         ├── SourceUnavailable          the source repository cannot be cloned or fetched
         ├── ProvenanceError            an image's revision does not prove the required fixes
         │   ├── MissingRevisionLabel   no org.opencontainers.image.revision in the config
@@ -46,8 +47,9 @@ another parent.
         └── ServiceGone                (drift) the Service was deleted during the handoff
 
 Where a TransientError is retried, and nowhere else: a request to the API server or the
-registry that gets no answer, a 429 or a 5xx is retried by the one policy of flows/retry.py
-before it is raised as KubeUnavailable or RegistryUnavailable (for at most HANDOFF_RETRY_S);
+registry that gets no answer, a 429 or a 5xx is retried by the one policy of
+retrypolicy/retry.py before it is raised as KubeUnavailable or as ociclient's
+RegistryUnavailable (for at most HANDOFF_RETRY_S);
 a read-modify-write that meets a Conflict reads again and retries under the same policy
 (flows/kube/write.py); the image step records a RegistryUnavailable as a sighting and polls on
 until its own timeout (flows/image.py); the Lease's renewal retries until the Lease would
@@ -80,10 +82,6 @@ class ApprovalRejected(PermanentError):
     """The approver declined the handoff."""
 
 
-class RegistryUnavailable(TransientError):
-    """The registry could not be reached or answered with a server error."""
-
-
 class ImageNotReady(PermanentError):
     """No image passing the provenance check appeared before the deadline.
 
@@ -95,16 +93,8 @@ class ImageNotReady(PermanentError):
         self.seen = seen
 
 
-class ImageNotFound(PermanentError):
+class ImageMissing(PermanentError):
     """The registry has no manifest for the requested repository and reference."""
-
-
-class RegistryAuthError(PermanentError):
-    """The registry (or its token service) refused to authorise the request."""
-
-
-class RegistryError(PermanentError):
-    """The registry refused a request for a reason other than auth or absence."""
 
 
 class SourceUnavailable(PermanentError):

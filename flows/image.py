@@ -9,11 +9,12 @@ exact image that was checked, whatever the tag points at afterwards.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -21,17 +22,19 @@ import git
 from pydantic import BaseModel, ConfigDict, Field
 
 from flows import provenance
-from flows.backoff import compute_delay, compute_sleep
 from flows.errors import (
-    ImageNotFound,
+    ImageMissing,
     ImageNotReady,
     MissingRevisionLabel,
+    PermanentError,
     ProvenanceError,
     TransientError,
 )
-from flows.oci import LABEL_REVISION, LABEL_SOURCE, ImageInfo, RegistryClient
-from flows.oci_auth import RegistryAuth, load_credentials
-from flows.oci_ref import ImageRef
+from ociclient.auth import RegistryAuth, load_credentials
+from ociclient.client import LABEL_REVISION, LABEL_SOURCE, ImageInfo, RegistryClient
+from ociclient.errors import ImageNotFound, RegistryError, RegistryUnavailable
+from ociclient.ref import ImageRef
+from retrypolicy.backoff import compute_delay, compute_sleep
 
 logger = logging.getLogger(__name__)
 
@@ -84,7 +87,7 @@ class PinnedImage(BaseModel):
 
 def check_image(requirement: ImageRequirement) -> PinnedImage:
     """One look at the tag: the pinned image, or the error saying why it is not acceptable."""
-    with _client(requirement) as client:
+    with registry_errors(), _client(requirement) as client:
         repo = provenance.open_mirror(requirement.source, cache_root=requirement.git_cache)
         ref = requirement.image
         info = client.read_image(ref.repository, ref.reference, platform=requirement.platform)
@@ -102,7 +105,7 @@ def wait_for_image(
     deadline_at = datetime.now(UTC) + timedelta(seconds=requirement.timeout_s)
     seen: list[Sighting] = []
     verdicts: dict[str, Sighting] = {}
-    with _client(requirement) as client:
+    with registry_errors(), _client(requirement) as client:
         repo = provenance.open_mirror(requirement.source, cache_root=requirement.git_cache)
         # A mistyped requirement fails now, not at the deadline.
         provenance.resolve_commits(
@@ -157,7 +160,7 @@ def _poll(
         if digest in verdicts:
             return verdicts[digest], None
         info = client.read_image(ref.repository, digest, platform=requirement.platform)
-    except TransientError as exc:
+    except RegistryUnavailable as exc:
         return Sighting(digest=None, accepted=False, reason=str(exc)), None
     except ImageNotFound as exc:  # e.g. an index without our platform
         verdicts[digest] = Sighting(digest=digest, accepted=False, reason=str(exc))
@@ -217,6 +220,21 @@ def _not_ready(
         "after the fix (or raise the timeout) and run the step again.",
         seen=tuple(seen),
     )
+
+
+@contextlib.contextmanager
+def registry_errors() -> Iterator[None]:
+    """The registry client's errors as the flow's, message unchanged: a registry that does
+    not answer or answers 429/5xx may recover (transient); absence, refused credentials and
+    any other refusal will not (permanent)."""
+    try:
+        yield
+    except RegistryUnavailable as exc:
+        raise TransientError(str(exc)) from exc
+    except ImageNotFound as exc:
+        raise ImageMissing(str(exc)) from exc
+    except RegistryError as exc:
+        raise PermanentError(str(exc)) from exc
 
 
 def _client(requirement: ImageRequirement) -> RegistryClient:

@@ -23,9 +23,9 @@ import time
 from types import TracebackType
 from typing import Any
 
-from flows.backoff import compute_delay
 from flows.errors import HandoffError, PermanentError, TransientError
 from flows.kube.client import Conflict, Kube, NotFound, mapped
+from retrypolicy.backoff import compute_delay
 
 LEASE_S = int(os.environ.get("HANDOFF_LEASE_S", "30"))
 # Writing stops this share of LEASE_S early: a taker's clock and a renewal's round trip

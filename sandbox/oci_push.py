@@ -15,7 +15,7 @@ from typing import Literal
 import httpx
 from pydantic import BaseModel
 
-from flows import oci
+from ociclient import client as oci
 
 MediaStyle = Literal["oci", "docker"]
 _TYPES = {

@@ -19,7 +19,7 @@ from pathlib import Path
 import git
 import httpx
 
-from flows import oci
+from ociclient import client as oci
 from sandbox import procs
 from sandbox.oci_push import BuiltImage, MediaStyle, push_image
 from sandbox.simbuild import read_build

@@ -153,7 +153,7 @@ def load_spec_as_run(spec_file: Path, env: dict[str, str]) -> HandoffSpec:
 
 
 def handoff_cli(*args: str) -> list[str]:
-    return [sys.executable, "-m", "flows.cli", *args]
+    return [sys.executable, "-m", "cli", *args]
 
 
 def run_handoff(

@@ -18,7 +18,7 @@ from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError as Urllib3Error
 
 from flows.errors import PermanentError, TransientError
-from flows.retry import Retry, policy, retry_after, with_retries
+from retrypolicy.retry import Retry, policy, retry_after, with_retries
 
 FIELD_MANAGER = "handoff"
 
@@ -49,7 +49,7 @@ class Forbidden(KubeError):
 
 class RetryingApiClient(client.ApiClient):
     """Every request of every API group passes here: 429, 5xx and no answer are retried
-    by the one policy (flows/retry.py), bounded by the request's own timeout if it has
+    by the one policy (retrypolicy/retry.py), bounded by the request's own timeout if it has
     one. Writes are safe to repeat: each is idempotent or guarded by a resourceVersion.
     urllib3's own retries (it repeats a 429 or 503 with Retry-After, silently) are off."""
 

@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 
 from flows.kube.client import FIELD_MANAGER, Conflict, Kube, NotFound, mapped
 from flows.kube.objects import ServiceSnapshot
-from flows.retry import Retry, with_retries
+from retrypolicy.retry import Retry, with_retries
 
 T = TypeVar("T")
 
@@ -55,7 +55,7 @@ def apply_deployment(kube: Kube, body: dict[str, Any], *, dry_run: bool = False)
 
 
 def _reread_on_conflict(attempt: Callable[[], T], what: str) -> T:
-    """A read-modify-write retried by the one policy (flows/retry.py) while its write
+    """A read-modify-write retried by the one policy (retrypolicy/retry.py) while its write
     meets a 409: each try reads afresh, so another writer's change is kept, never
     overwritten. Past the policy's bound the Conflict is raised."""
 

@@ -12,9 +12,9 @@ import threading
 
 from pydantic import BaseModel, ConfigDict
 
-from flows.errors import HandoffError, ImageNotFound, RegistryAuthError, RegistryUnavailable
-from flows.oci import RegistryClient
-from flows.oci_ref import ImageRef
+from ociclient.client import RegistryClient
+from ociclient.errors import ImageNotFound, RegistryAuthError, RegistryError, RegistryUnavailable
+from ociclient.ref import ImageRef
 from sandbox.flowimage import ROOT_LABEL
 from sandbox.simbuild import SimBuild
 
@@ -81,7 +81,7 @@ class ImageStore:
         try:
             with RegistryClient(self.registry_url, timeout_s=5.0) as registry:
                 info = registry.read_image(ref.repository, ref.reference)
-        except HandoffError as exc:
+        except RegistryError as exc:
             raise ImagePullError("ErrImagePull", _daemon_message(image, ref, exc)) from exc
         pulled = PulledImage(
             image=image,
@@ -98,7 +98,7 @@ class ImageStore:
         return registry in (self.host, f"localhost:{port}", f"127.0.0.1:{port}")
 
 
-def _daemon_message(image: str, ref: ImageRef, exc: HandoffError) -> str:
+def _daemon_message(image: str, ref: ImageRef, exc: RegistryError) -> str:
     if isinstance(exc, ImageNotFound):
         return f"{_DAEMON}: manifest for {image} not found: manifest unknown: manifest unknown"
     if isinstance(exc, RegistryAuthError):

@@ -20,6 +20,7 @@ from kubernetes.client.exceptions import ApiException
 log = logging.getLogger(__name__)
 RETRY_S = 1.0
 WATCH_TIMEOUT_S = 300
+SLICE_GROUP = "discovery.k8s.io"
 
 Obj = dict[str, Any]
 ListFunc = Callable[..., Any]
@@ -79,16 +80,15 @@ def api_client(kubeconfig: str) -> client.ApiClient:
 
 def endpoint_slices_lister(api: client.ApiClient) -> ListFunc:
     """List (and watch) EndpointSlices in every namespace, in the version the server
-    serves (v1 from 1.21, v1beta1 on 1.20), found by discovery as kube-proxy does."""
-    from flows.kube.client import Kube
-    from flows.kube.slices import GROUP, served_version
-
-    version = served_version(Kube(api))
-    if version is None:
-        raise RuntimeError(f"the API server serves no {GROUP} EndpointSlices")
+    prefers (v1 from 1.21, v1beta1 on 1.20), found by discovery as kube-proxy does."""
+    groups = client.ApisApi(api).get_api_versions().groups or []
+    group = next((g for g in groups if g.name == SLICE_GROUP), None)
+    if group is None:
+        raise RuntimeError(f"the API server serves no {SLICE_GROUP} EndpointSlices")
+    version = group.preferred_version.version
     objects = client.CustomObjectsApi(api)
 
     def list_endpoint_slices(**params: Any) -> Any:
-        return objects.list_cluster_custom_object(GROUP, version, "endpointslices", **params)
+        return objects.list_cluster_custom_object(SLICE_GROUP, version, "endpointslices", **params)
 
     return list_endpoint_slices

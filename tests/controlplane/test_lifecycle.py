@@ -52,7 +52,7 @@ def test_refuses_to_wipe_a_foreign_directory(tmp_path: Path) -> None:
 
 def test_cli_up_twice_status_down_twice(tmp_path: Path) -> None:
     run_dir = tmp_path / "sb"
-    cli = [sys.executable, "-m", "flows.cli", "sandbox"]
+    cli = [sys.executable, "-m", "cli", "sandbox"]
 
     def call(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(

@@ -13,7 +13,7 @@ from prefect import flow, get_run_logger
 from prefect.settings import PREFECT_API_URL, temporary_settings
 from rich.console import Console
 
-from flows.demo import link_printer
+from cli.demo_run import link_printer
 from flows.logfile import logs_to
 from flows.report.stepview import StepEvent, listening, notify, shown_live
 from tests.webhook.servers import PrefectServer

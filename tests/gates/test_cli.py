@@ -9,7 +9,7 @@ from pathlib import Path
 from PIL import Image
 from typer.testing import CliRunner
 
-from flows.cli import app
+from cli import app
 from gates.golden_format import Golden
 from tests.gates.conftest import FAST, HALF_TIME, PARITY_PROMPTS, REFERENCE_TEXT, StartServer
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from flows.cli import app
+from cli import app
 from gates.golden import record_golden
 from gates.golden_format import Golden
 from gates.parity import Candidate, collect_candidate, judge

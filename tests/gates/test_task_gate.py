@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from flows.cli import app
+from cli import app
 from gates.task import TaskRule, judge, run_task
 from gates.task_check import check
 from gates.task_collect import CaseOutcome, SideScores

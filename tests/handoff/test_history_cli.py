@@ -15,7 +15,7 @@ import yaml
 from PIL import Image
 from typer.testing import CliRunner, Result
 
-from flows.cli import app
+from cli import app
 from flows.ledger import HISTORY_ANNOTATION
 from flows.report.record import HandoffRecord, Trigger
 from flows.report.timeline import StepSpan
@@ -86,7 +86,7 @@ def recorded(kube_api, namespace: str) -> str:  # type: ignore[no-untyped-def]
 
 def _history(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "flows.cli", "history", *args],
+        [sys.executable, "-m", "cli", "history", *args],
         env={**env, "COLUMNS": "80"},
         capture_output=True,
         text=True,

@@ -12,15 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from flows.errors import RegistryAuthError
 from flows.image import check_image
-from flows.oci import LABEL_REVISION, RegistryClient
-from flows.oci_auth import (
+from ociclient.auth import (
     RegistryAuth,
     RegistryCredentials,
     credentials_from_env,
     load_credentials,
 )
+from ociclient.client import LABEL_REVISION, RegistryClient
+from ociclient.errors import RegistryAuthError
 from sandbox.publisher import publish
 from sandbox.registry import Registry
 from sandbox.srcrepo import SourceRepo

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from flows.backoff import compute_delay, compute_sleep
+from retrypolicy.backoff import compute_delay, compute_sleep
 
 
 @pytest.mark.parametrize(

@@ -9,8 +9,8 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from flows.cli import app
-from flows.cli.image import parse_duration
+from cli import app
+from cli.image import parse_duration
 from sandbox import procs
 from sandbox.publisher import publish
 from sandbox.registry import Registry

@@ -15,7 +15,7 @@ import pytest
 
 from flows.errors import FixMissing, ImageNotReady, MissingRevisionLabel, UnknownCommit
 from flows.image import Sighting, check_image, wait_for_image
-from flows.oci import LABEL_REVISION, RegistryClient
+from ociclient.client import LABEL_REVISION, RegistryClient
 from sandbox import procs
 from sandbox.publisher import build_image, publish, push_image
 from sandbox.registry import Registry

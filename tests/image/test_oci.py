@@ -1,15 +1,15 @@
 """The registry client resolves tags to the digests the registry stores for OCI and Docker
 manifests alike (because it always sends the full Accept list), follows an index to the
-linux/amd64 manifest, and maps every upstream failure to one ``flows.errors`` class."""
+linux/amd64 manifest, and maps every upstream failure to one ``ociclient.errors`` class."""
 
 from __future__ import annotations
 
 import httpx
 import pytest
 
-from flows.errors import ImageNotFound, RegistryUnavailable
-from flows.oci import OCI_MANIFEST, RegistryClient
-from flows.oci_ref import ImageRef
+from ociclient.client import OCI_MANIFEST, RegistryClient
+from ociclient.errors import ImageNotFound, RegistryUnavailable
+from ociclient.ref import ImageRef
 from sandbox import procs
 from sandbox.publisher import publish
 from sandbox.registry import Registry

@@ -15,7 +15,7 @@ import httpx
 import pytest
 import yaml
 
-from flows.oci import LABEL_REVISION, LABEL_SOURCE, RegistryClient
+from ociclient.client import LABEL_REVISION, LABEL_SOURCE, RegistryClient
 from sandbox import procs
 from sandbox.publisher import publish, publish_detached
 from sandbox.registry import Registry

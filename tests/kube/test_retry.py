@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from flows.errors import RegistryUnavailable
 from flows.kube import read, write
 from flows.kube.client import Kube, KubeUnavailable, connect
 from flows.kube.wait import wait_pods
-from flows.oci import RegistryClient
+from ociclient.client import RegistryClient
+from ociclient.errors import RegistryUnavailable
 from sandbox import controlplane
 from sandbox.registry import Registry
 from tests.kube.faultproxy import Fault, Faults, fault_proxy

@@ -142,7 +142,7 @@ def test_handoff_run_of_invalid_specs_writes_nothing(
         path = tmp_path / f"{field}.yaml"
         path.write_text(yaml.safe_dump(spec))
         result = subprocess.run(
-            [sys.executable, "-m", "flows.cli", "run", str(path), "--auto-approve"],
+            [sys.executable, "-m", "cli", "run", str(path), "--auto-approve"],
             env={**os.environ, "KUBECONFIG": str(plane.kubeconfig)},
             capture_output=True,
             text=True,

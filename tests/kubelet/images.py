@@ -7,7 +7,7 @@ import gzip
 import io
 import tarfile
 
-from flows import oci
+from ociclient import client as oci
 from sandbox.publisher import BuiltImage, push_image
 from sandbox.simbuild import SimBuild
 

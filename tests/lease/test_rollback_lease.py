@@ -49,7 +49,7 @@ def _rollback(
     plane: controlplane.ControlPlane, spec_file: Path
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "flows.cli", "rollback", str(spec_file), "--reason", "by hand"],
+        [sys.executable, "-m", "cli", "rollback", str(spec_file), "--reason", "by hand"],
         env={**os.environ, "KUBECONFIG": str(plane.kubeconfig), "HANDOFF_LEASE_S": "30"},
         capture_output=True,
         text=True,

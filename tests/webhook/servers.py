@@ -108,7 +108,7 @@ def start_relay_process(
     insecure: against the tests' Prefect server, which has no authentication."""
     port = procs.free_port()
     argv = [
-        *(sys.executable, "-m", "flows.cli", "webhook", "serve", "--secret-env"),
+        *(sys.executable, "-m", "cli", "webhook", "serve", "--secret-env"),
         *("HANDOFF_TEST_WEBHOOK_SECRET", "--port", str(port), "--specs-dir", str(specs_dir)),
         *("--state-dir", str(state_dir), "--prefect-api-url", api_url),
         *options,

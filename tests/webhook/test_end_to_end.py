@@ -133,7 +133,7 @@ def approve_until_final(
 
 def history(namespace: str, env: dict[str, str], prefect: PrefectServer) -> list[dict[str, Any]]:
     result = subprocess.run(
-        [sys.executable, "-m", "flows.cli", "history", "--namespace", namespace, "--json"],
+        [sys.executable, "-m", "cli", "history", "--namespace", namespace, "--json"],
         env={**env, "PREFECT_API_URL": prefect.api_url},
         capture_output=True,
         text=True,

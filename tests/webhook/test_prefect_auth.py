@@ -41,7 +41,7 @@ def _serve(
     spec_repo: SpecRepo, api: str, tmp_path: Path, **env: str
 ) -> subprocess.CompletedProcess[str]:
     """`handoff webhook serve` expected to refuse at start (so it returns)."""
-    argv = [sys.executable, "-m", "flows.cli", "webhook", "serve", "--secret-env", "SECRET_ENV"]
+    argv = [sys.executable, "-m", "cli", "webhook", "serve", "--secret-env", "SECRET_ENV"]
     argv += ["--port", str(procs.free_port()), "--specs-dir", str(spec_repo.specs_dir)]
     argv += ["--state-dir", str(tmp_path / "state"), "--prefect-api-url", api]
     clean = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_API_")}

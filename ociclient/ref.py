@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
-from flows.oci import registry_base_url
+from ociclient.client import registry_base_url
 
 
 class ImageRef(BaseModel):

@@ -35,7 +35,7 @@ def demo(
 
     os.environ.setdefault("DO_NOT_TRACK", "1")
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-    from flows import demo as demo_run
+    from cli import demo_run
     from sandbox import manager
     from sandbox.paths import default_run_dir
 

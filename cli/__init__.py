@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import typer
 
-from flows.cli import demo, gate, golden, handoff, image, sandbox, webhook
+from cli import demo, gate, golden, handoff, image, sandbox, webhook
 
 app = typer.Typer(
     name="handoff",

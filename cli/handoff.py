@@ -173,7 +173,7 @@ def history(
     Services, and from Prefect's runs when PREFECT_API_URL answers)."""
     import yaml
 
-    from flows.cli.cluster import kubeconfig_or_sandbox
+    from cli.cluster import kubeconfig_or_sandbox
     from flows.errors import HandoffError
     from flows.report import history_view
     from flows.report.history import collect_history

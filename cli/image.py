@@ -93,7 +93,7 @@ def _requirement(
     image: str, source: str, requires: list[str], **options: object
 ) -> ImageRequirement:
     from flows.image import ImageRequirement
-    from flows.oci_ref import ImageRef
+    from ociclient.ref import ImageRef
 
     try:
         ref = ImageRef.parse(image)
@@ -109,11 +109,11 @@ def _requirement(
 
 
 def _run(step: Callable[[], PinnedImage], *, as_json: bool) -> None:
-    from flows.errors import HandoffError, ImageNotFound, ImageNotReady, ProvenanceError
+    from flows.errors import HandoffError, ImageMissing, ImageNotReady, ProvenanceError
 
     try:
         pinned = step()
-    except (ProvenanceError, ImageNotReady, ImageNotFound) as exc:
+    except (ProvenanceError, ImageNotReady, ImageMissing) as exc:
         typer.echo(f"rejected: {exc}", err=True)
         raise typer.Exit(1) from exc
     except HandoffError as exc:

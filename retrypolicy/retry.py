@@ -2,7 +2,7 @@
 
 What is retried: an answer that says "not now" (429, 5xx), no answer at all (refused
 connection, reset, timeout) and, where the caller re-reads before writing again, a 409
-conflict. How: exponential backoff with jitter (flows/backoff.py), at least what a
+conflict. How: exponential backoff with jitter (retrypolicy/backoff.py), at least what a
 Retry-After header asks, each retry logged with what failed and when the next try is;
 bounded in time: after HANDOFF_RETRY_S seconds (default 30) of failures, or the caller's
 own request timeout if shorter, the last error is raised to the step, which fails or
@@ -20,10 +20,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from flows.backoff import compute_delay, compute_sleep
+from retrypolicy.backoff import compute_delay, compute_sleep
 
 T = TypeVar("T")
-log = logging.getLogger(__name__)
+# The logger keeps the name the README documents and operators filter on.
+log = logging.getLogger("flows.retry")
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from collections.abc import Generator, Mapping
 import httpx
 from pydantic import BaseModel, ConfigDict, SecretStr
 
-from flows.errors import RegistryAuthError, RegistryUnavailable
+from ociclient.errors import RegistryAuthError, RegistryUnavailable
 
 ENV_USERNAME = "HANDOFF_REGISTRY_USERNAME"
 ENV_PASSWORD = "HANDOFF_REGISTRY_PASSWORD"

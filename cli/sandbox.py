@@ -9,7 +9,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from flows.cli.modelserver import model_server
+from cli.modelserver import model_server
 
 app = typer.Typer(
     help="The embedded sandbox cluster (real control plane, simulated nodes).", no_args_is_help=True

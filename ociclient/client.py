@@ -5,7 +5,7 @@ platform's manifest and reads the labels of that manifest's config blob. Every m
 request carries the full Accept list: without it Docker's registry answers an OCI manifest
 with 404 and rewrites a schema2 manifest to schema1 (a different digest). Bodies fetched by
 digest are verified against it. httpx errors and HTTP statuses are mapped to
-``flows.errors`` here, once.
+``ociclient.errors`` here, once.
 """
 
 from __future__ import annotations
@@ -17,13 +17,13 @@ from typing import Any
 import httpx
 from pydantic import BaseModel, ConfigDict
 
-from flows.errors import (
+from ociclient.errors import (
     ImageNotFound,
     RegistryAuthError,
-    RegistryError,
+    RegistryRefused,
     RegistryUnavailable,
 )
-from flows.retry import Retry, policy, retry_after, with_retries
+from retrypolicy.retry import Retry, policy, retry_after, with_retries
 
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
@@ -84,7 +84,7 @@ class RegistryClient:
         retry_s: float | None = None,
     ) -> None:
         """retry_s: how long a request is retried (429, 5xx, no answer) by the one retry
-        policy (flows/retry.py); None: the policy's own bound."""
+        policy (retrypolicy/retry.py); None: the policy's own bound."""
         self.base_url = base_url.rstrip("/")
         self._retry = policy(retry_s)
         self._http = httpx.Client(
@@ -168,7 +168,7 @@ class RegistryClient:
         actual = sha256_digest(response.content)
         claimed = expected or response.headers.get("Docker-Content-Digest") or actual
         if actual != claimed:
-            raise RegistryError(
+            raise RegistryRefused(
                 f"{what} from {self.base_url}: content hashes to {actual}, expected {claimed}. "
                 "The registry or a proxy altered it; do not use this image."
             )
@@ -193,7 +193,7 @@ def pick_platform(index: Manifest, platform: str, repository: str) -> str:
 
 
 def raise_for_registry_status(response: httpx.Response, what: str) -> None:
-    """Map a registry error status to ``flows.errors``, quoting the registry's error codes."""
+    """Map a registry error status to ``ociclient.errors``, quoting the registry's error codes."""
     status = response.status_code
     if status < 400:
         return
@@ -207,7 +207,7 @@ def raise_for_registry_status(response: httpx.Response, what: str) -> None:
         )
     if status == 404:
         raise ImageNotFound(f"{what}: not found {detail}; check the repository and tag.")
-    raise RegistryError(f"{what}: HTTP {status} {detail}.")
+    raise RegistryRefused(f"{what}: HTTP {status} {detail}.")
 
 
 def _error_codes(response: httpx.Response) -> str:

@@ -1,3 +1,0 @@
-from flows.cli import main
-
-main()
