@@ -85,14 +85,14 @@ def compute_live_port(
     """The live pods' port that serves what the candidate serves on `candidate_port`:
     through the Service port that reaches the candidate there; without one, the live
     template's only container port."""
-    live = {
+    resolved = {
         resolve_port(p.target_port, live_template)
         for p in service_ports
         if resolve_port(p.target_port, candidate_template) == candidate_port
     }
-    live.discard(None)
+    live = {port for port in resolved if port is not None}
     if len(live) == 1:
-        return int(live.pop())  # type: ignore[arg-type]
+        return live.pop()
     declared = {
         int(p["containerPort"])
         for c in live_template["spec"].get("containers") or []

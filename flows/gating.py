@@ -36,6 +36,8 @@ from gates.errors import GateError
 from gates.golden_format import Golden
 from gates.latency import run_latency_async
 from gates.parity import run_parity_async
+from gates.result import GateResult
+from gates.settings import LatencySettings
 from gates.smoke import run_smoke_async
 from gates.task import TaskRule, run_task_async
 from gates.task_golden import load_task_golden
@@ -133,7 +135,9 @@ def run_gates(run: HandoffRun, candidate_pods: tuple[str, ...]) -> Evidence:
         if gates.task is not None:
             summaries.append(_task(run, url, forwards, bounded))
         if gates.latency is not None:
-            summaries.append(_latency(run, candidate_pods[0], url, forwards, bounded))
+            summaries.append(
+                _latency(run, gates.latency, candidate_pods[0], url, forwards, bounded)
+            )
     problems = list(dict.fromkeys(p for f in forwards for p in f.problems()))
     evidence = _evidence(run, summaries, problems)
     run.evidence["gates"] = evidence
@@ -208,10 +212,15 @@ def _task(
 
 
 def _latency(
-    run: HandoffRun, candidate_pod: str, candidate_url: str, forwards: list[Forward], bounded: bool
+    run: HandoffRun,
+    settings: LatencySettings,
+    candidate_pod: str,
+    candidate_url: str,
+    forwards: list[Forward],
+    bounded: bool,
 ) -> GateSummary:
     """The latency gate against the live baseline; the summary names both sides."""
-    settings, budget = run.spec.gates.latency, run.spec.gates.latency_budget_s
+    budget = run.spec.gates.latency_budget_s
     model, ns = run.spec.gates.model_id, run.spec.namespace
     candidate = identify_pod(run.kube, ns, candidate_pod, run.spec.candidate.port)
     baseline = _baseline(run)
@@ -227,8 +236,11 @@ def _latency(
         )
 
 
-def _summary(  # type: ignore[no-untyped-def]
-    result, *, candidate: PodIdentity | None = None, baseline: PodIdentity | None = None
+def _summary(
+    result: GateResult[Any],
+    *,
+    candidate: PodIdentity | None = None,
+    baseline: PodIdentity | None = None,
 ) -> GateSummary:
     figures = result.figures.model_dump(mode="json")
     sides = ""

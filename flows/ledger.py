@@ -189,7 +189,8 @@ def history_entries(
             f"annotation's value, then repair it or remove it "
             f"(kubectl annotate service NAME {HISTORY_ANNOTATION}-) and run again"
         )
-    return value  # type: ignore[no-any-return]
+    records: list[dict[str, Any]] = value  # checked above: a list of dicts
+    return records
 
 
 def appended_history(annotations: dict[str, str], record: dict[str, Any]) -> str:

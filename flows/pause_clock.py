@@ -6,9 +6,11 @@ form sees how long the Service has been down and when the flow rolls back."""
 from __future__ import annotations
 
 import json
+import logging
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 from uuid import UUID
 
 from prefect import get_client, get_run_logger
@@ -44,7 +46,13 @@ def ticking(pause_key: str, render: Callable[[], str]) -> Iterator[None]:
         thread.join(timeout=10)
 
 
-def _tick(run_id: UUID, key: str, render: Callable[[], str], stop: threading.Event, log) -> None:  # type: ignore[no-untyped-def]
+def _tick(
+    run_id: UUID,
+    key: str,
+    render: Callable[[], str],
+    stop: threading.Event,
+    log: logging.Logger | logging.LoggerAdapter[Any],
+) -> None:
     with get_client(sync_client=True) as client:
         while not stop.wait(REFRESH_S):
             try:

@@ -13,7 +13,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
-from prefect import get_run_logger, task
+from prefect import Task, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
 from flows import apply, approve, drift, gating, image, outage, rollback, scale, swap, warm
@@ -55,13 +55,13 @@ def _progress(run: HandoffRun) -> None:
         hook(min(100.0, 100.0 * len(run.timings) / STEP_COUNT))
 
 
-def step(name: str, *, forward: bool = True) -> Callable[[Callable[..., T]], Callable[..., T]]:
+def step(name: str, *, forward: bool = True) -> Callable[[Callable[..., T]], Task[..., T]]:
     """A Prefect task named `name` that times itself into run.timings. A forward step
     is held to what is left of a declared in-place downtime, and checks before and
     after itself that no person changed what the handoff works on (after the waits for
     the image, an approval or the gates, and before its own writes)."""
 
-    def wrap(fn: Callable[..., T]) -> Callable[..., T]:
+    def wrap(fn: Callable[..., T]) -> Task[..., T]:
         def body(run: HandoffRun, *args: Any, **kwargs: Any) -> T:
             clock = run.outage if forward else None
             with _timed(run, name), outage.bounded(clock, name):
@@ -74,7 +74,7 @@ def step(name: str, *, forward: bool = True) -> Callable[[Callable[..., T]], Cal
 
         body.__name__ = body.__qualname__ = fn.__name__
         body.__doc__ = fn.__doc__
-        return task(name=name, cache_policy=NO_CACHE)(body)  # type: ignore[return-value]
+        return task(name=name, cache_policy=NO_CACHE)(body)
 
     return wrap
 

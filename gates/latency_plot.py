@@ -4,10 +4,14 @@ PNG per concurrency level, with the margins and SLOs the verdict used drawn on t
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from gates.cell import CellFigures
 from gates.latency_report import LatencyFigures, LevelFigures, verdict_word
 from gates.picture import markdown_image, new_figure, png, write_png
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
 
 # (metric in cdf_ms, title, the comparison that gates it, the quantile it compares)
 _PANELS = [
@@ -16,7 +20,7 @@ _PANELS = [
     ("itl", "ITL (ms)", "itl_p99", 0.99),
 ]
 # Baseline wide and pale under a thin candidate: identical servers still show both curves.
-_STYLES = {
+_STYLES: dict[str, dict[str, Any]] = {
     "baseline": {"color": "tab:blue", "linewidth": 4.0, "alpha": 0.5},
     "candidate": {"color": "tab:orange", "linewidth": 1.5},
 }
@@ -41,7 +45,7 @@ def level_png(level: LevelFigures) -> bytes:
     return png(figure)
 
 
-def _cdf(axes, cell: CellFigures, metric: str) -> None:  # type: ignore[no-untyped-def]
+def _cdf(axes: Axes, cell: CellFigures, metric: str) -> None:
     values = cell.cdf_ms.get(metric) or []
     if not values:
         return
@@ -49,7 +53,7 @@ def _cdf(axes, cell: CellFigures, metric: str) -> None:  # type: ignore[no-untyp
     axes.step(values, shares, where="post", label=cell.label, **_STYLES.get(cell.label, {}))
 
 
-def _margin(axes, level: LevelFigures, compared: str, metric: str, q: float) -> None:  # type: ignore[no-untyped-def]
+def _margin(axes: Axes, level: LevelFigures, compared: str, metric: str, q: float) -> None:
     """The candidate regresses when its quantile q lies past baseline's times the margin."""
     comparison = next((c for c in level.comparisons if c.metric == compared), None)
     values = level.baseline.cdf_ms.get(metric) if level.baseline else None
@@ -65,7 +69,7 @@ def _largest(cells: list[CellFigures], metric: str) -> float:
     return max((v for cell in cells for v in cell.cdf_ms.get(metric) or []), default=0.0)
 
 
-def _slo(axes, level: LevelFigures, metric: str, largest: float) -> None:  # type: ignore[no-untyped-def]
+def _slo(axes: Axes, level: LevelFigures, metric: str, largest: float) -> None:
     for check in level.slo_checks:
         if check.metric != metric:
             continue

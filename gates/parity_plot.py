@@ -6,6 +6,7 @@ teacher-forced reference text."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -13,11 +14,15 @@ from gates.parity_compare import PromptParity, TeacherForcedFigures
 from gates.parity_report import ParityFigures
 from gates.picture import markdown_image, new_figure, png, write_png
 
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
 ALT = "parity per prompt"
 FILE = "parity.png"
 KL_FLOOR = 1e-4  # the KL colour scale starts here: below it two distributions look alike
 _ROW_IN = 0.24
-_MARKERS = {  # a divergence as the verdict sees it
+_MARKERS: dict[bool, dict[str, Any]] = {  # a divergence as the verdict sees it
     True: {"marker": "o", "color": "tab:orange", "label": "first divergence: near-tie"},
     False: {"marker": "X", "color": "tab:red", "label": "first divergence: fails"},
 }
@@ -51,7 +56,7 @@ def parity_png(figures: ParityFigures) -> bytes:
     return png(figure)
 
 
-def _identical(axes, prompts: list[PromptParity]) -> None:  # type: ignore[no-untyped-def]
+def _identical(axes: Axes, prompts: list[PromptParity]) -> None:
     ys = np.arange(len(prompts))
     axes.barh(ys, [p.n_golden_tokens for p in prompts], color="lightgrey", label="golden tokens")
     axes.barh(ys, [p.n_identical for p in prompts], color="tab:green", label="identical")
@@ -62,8 +67,9 @@ def _identical(axes, prompts: list[PromptParity]) -> None:  # type: ignore[no-un
             if p.divergence and p.divergence.unit == "token" and p.divergence.near_tie == near_tie
         ]
         if at:
-            axes.scatter(*zip(*at, strict=True), s=40, zorder=3, **style)
-    for y, p in zip(ys, prompts, strict=True):
+            positions, rows = zip(*at, strict=True)
+            axes.scatter(positions, rows, s=40, zorder=3, **style)
+    for y, p in enumerate(prompts):
         if p.basis == "text":  # no logprobs on a side: only the texts were compared
             said = f"char {p.divergence.position} differs" if p.divergence else "same text"
             axes.text(0, y, f" text: {said}", va="center", fontsize="x-small")
@@ -74,8 +80,14 @@ def _identical(axes, prompts: list[PromptParity]) -> None:  # type: ignore[no-un
 
 
 def _heat(
-    figure, axes, series: list[list[float | None]], width: int, title: str, *, log: bool = False
-) -> None:  # type: ignore[no-untyped-def]
+    figure: Figure,
+    axes: Axes,
+    series: list[list[float | None]],
+    width: int,
+    title: str,
+    *,
+    log: bool = False,
+) -> None:
     """Rows of values along the positions; blank past a row's end (the contexts differ)."""
     from matplotlib.colors import LogNorm, Normalize
 
@@ -95,7 +107,7 @@ def _heat(
     axes.set_title(title, fontsize="small")
 
 
-def _teacher_forced(axes, tf: TeacherForcedFigures) -> None:  # type: ignore[no-untyped-def]
+def _teacher_forced(axes: Axes, tf: TeacherForcedFigures) -> None:
     positions = np.arange(len(tf.kl_along))
     kls = np.array([np.nan if v is None else max(v, KL_FLOOR) for v in tf.kl_along])
     axes.plot(
@@ -115,7 +127,9 @@ def _teacher_forced(axes, tf: TeacherForcedFigures) -> None:  # type: ignore[no-
         fontsize="small",
     )
     lines = axes.get_legend_handles_labels()[0] + twin.get_legend_handles_labels()[0]
-    axes.legend(lines, [line.get_label() for line in lines], fontsize="x-small", loc="upper right")
+    axes.legend(
+        lines, [str(line.get_label()) for line in lines], fontsize="x-small", loc="upper right"
+    )
 
 
 def write_picture(figures: ParityFigures, directory: Path) -> Path:

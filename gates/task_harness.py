@@ -62,8 +62,10 @@ def guard(home: str) -> None:
     def inside(path: object) -> bool:
         if isinstance(path, int):
             return True  # an already open descriptor
+        if not isinstance(path, str | bytes | os.PathLike):
+            return False
         try:
-            real = os.path.realpath(os.fsdecode(path))  # type: ignore[arg-type]
+            real = os.path.realpath(os.fsdecode(path))
         except (TypeError, ValueError):
             return False
         return real == home or real.startswith(home + os.sep)

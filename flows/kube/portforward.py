@@ -108,10 +108,10 @@ def _bridge(a: socket.socket, b: socket.socket, closed: threading.Event) -> None
     open_reads = {a, b}
     with selectors.DefaultSelector() as sel:
         for s in peers:
-            sel.register(s, selectors.EVENT_READ)
+            sel.register(s, selectors.EVENT_READ, data=s)  # data: the socket, typed
         while open_reads and not closed.is_set():
             for key, _ in sel.select(timeout=0.5):
-                src: socket.socket = key.fileobj  # type: ignore[assignment]
+                src: socket.socket = key.data
                 try:
                     data = src.recv(_CHUNK)
                 except OSError:

@@ -21,7 +21,8 @@ from flows.kube.objects import (
 
 
 def _raw(kube: Kube, obj: Any) -> dict[str, Any]:
-    return kube.api.sanitize_for_serialization(obj)  # type: ignore[no-any-return]
+    raw: dict[str, Any] = kube.api.sanitize_for_serialization(obj)
+    return raw
 
 
 def read_service(kube: Kube, namespace: str, name: str) -> ServiceSnapshot:

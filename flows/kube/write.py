@@ -83,7 +83,8 @@ def _create_deployment(kube: Kube, body: dict[str, Any], *, dry_run: bool) -> di
             dry_run=_dry(kube, dry_run),
             _content_type=APPLY_PATCH,
         )
-    return kube.api.sanitize_for_serialization(result)  # type: ignore[no-any-return]
+    raw: dict[str, Any] = kube.api.sanitize_for_serialization(result)
+    return raw
 
 
 def _put_spec(
@@ -102,7 +103,8 @@ def _put_spec(
             dry_run=_dry(kube, dry_run),
             field_manager=FIELD_MANAGER,
         )
-    return kube.api.sanitize_for_serialization(result)  # type: ignore[no-any-return]
+    raw: dict[str, Any] = kube.api.sanitize_for_serialization(result)
+    return raw
 
 
 def scale_deployment(
@@ -173,7 +175,8 @@ def patch_service(
             field_manager=FIELD_MANAGER,
             _content_type=MERGE_PATCH,
         )
-    return kube.api.sanitize_for_serialization(result)  # type: ignore[no-any-return]
+    raw: dict[str, Any] = kube.api.sanitize_for_serialization(result)
+    return raw
 
 
 def record_event(

@@ -5,9 +5,13 @@ from __future__ import annotations
 
 import textwrap
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from flows.report.timeline import Timeline
 from gates.picture import markdown_image, new_figure, png, write_png
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
 
 ALT = "handoff timeline"
 COLOURS = {"done": "tab:green", "failed": "tab:red"}
@@ -49,7 +53,7 @@ def timeline_png(timeline: Timeline) -> bytes:
     return png(figure)
 
 
-def _ready(axes, timeline: Timeline, zero: float) -> None:  # type: ignore[no-untyped-def]
+def _ready(axes: Axes, timeline: Timeline, zero: float) -> None:
     axes.set_ylabel("ready\nendpoints", fontsize="small")
     axes.grid(alpha=0.3)
     samples = timeline.ready_endpoints
@@ -62,7 +66,11 @@ def _ready(axes, timeline: Timeline, zero: float) -> None:  # type: ignore[no-un
     axes.step(times, counts, where="post", color="tab:blue", linewidth=2)
     axes.fill_between(times, counts, step="post", color="tab:blue", alpha=0.2)
     axes.set_ylim(0, max(counts) + 1)
-    axes.yaxis.get_major_locator().set_params(integer=True)
+    from matplotlib.ticker import MaxNLocator
+
+    locator = axes.yaxis.get_major_locator()
+    if isinstance(locator, MaxNLocator):  # a linear axis's default, the AutoLocator
+        locator.set_params(integer=True)
 
 
 def write_timeline(timeline: Timeline, directory: Path) -> Path:

@@ -193,7 +193,8 @@ def _checked(response: httpx.Response) -> dict[str, Any]:
             f"Prefect API {response.request.url} answered {response.status_code}: "
             f"{response.text[:300]}"
         )
-    return response.json()  # type: ignore[no-any-return]
+    body: dict[str, Any] = response.json()
+    return body
 
 
 def _received(raw: dict[str, Any]) -> ReceivedMerge:

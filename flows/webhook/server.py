@@ -20,6 +20,7 @@ import asyncio
 import json
 import logging
 import socket
+from typing import Any, cast
 
 import h11
 import uvicorn
@@ -52,13 +53,15 @@ def protocol_for(settings: RelaySettings) -> type[H11Protocol]:
         _header_timer: asyncio.TimerHandle | None = None
         _refused = False
 
-        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-            super().connection_made(transport)
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            # A stream server hands a Transport, the type uvicorn's protocol declares and
+            # keeps as self.transport; asyncio's protocol declares only the base class.
+            super().connection_made(cast(asyncio.Transport, transport))
             if len(self.connections) > cap:
                 log.warning("503 busy: %d connections open, the cap", len(self.connections) - 1)
                 self._refused = True
-                transport.write(busy)
-                transport.close()
+                self.transport.write(busy)
+                self.transport.close()
                 return
             self._arm()
 
@@ -96,14 +99,15 @@ def protocol_for(settings: RelaySettings) -> type[H11Protocol]:
     return RelayProtocol
 
 
-def server_config(settings: RelaySettings, **kwargs: object) -> uvicorn.Config:
+def server_config(settings: RelaySettings, **kwargs: Any) -> uvicorn.Config:
     """uvicorn's configuration for the relay (kwargs: host, port, log_level, …)."""
     return uvicorn.Config(
         create_app(settings),
         http=protocol_for(settings),
-        timeout_keep_alive=settings.keep_alive_s,  # type: ignore[arg-type]  # a float works
+        # uvicorn declares an int, but only hands it to loop.call_later: a float works
+        timeout_keep_alive=cast(int, settings.keep_alive_s),
         h11_max_incomplete_event_size=MAX_HEADER_BYTES,
-        **kwargs,  # type: ignore[arg-type]
+        **kwargs,
     )
 
 
