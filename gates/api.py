@@ -6,7 +6,7 @@ and what came back; the original exception is chained.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal, overload
 
 import httpx
 
@@ -59,6 +59,28 @@ async def probe(
     return response.status_code, payload if isinstance(payload, dict) else None, response.headers
 
 
+@overload
+async def _call(
+    client: httpx.AsyncClient,
+    method: str,
+    path: str,
+    body: dict[str, Any] | None,
+    *,
+    missing_ok: Literal[False] = False,
+) -> dict[str, Any]: ...
+
+
+@overload
+async def _call(
+    client: httpx.AsyncClient,
+    method: str,
+    path: str,
+    body: dict[str, Any] | None,
+    *,
+    missing_ok: bool,
+) -> dict[str, Any] | None: ...
+
+
 async def _call(
     client: httpx.AsyncClient,
     method: str,
@@ -66,7 +88,7 @@ async def _call(
     body: dict[str, Any] | None,
     *,
     missing_ok: bool = False,
-) -> Any:
+) -> dict[str, Any] | None:
     response = await _send(client, method, path, body)
     url = client.base_url.join(path)
     if response.status_code == 404 and missing_ok:

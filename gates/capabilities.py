@@ -171,11 +171,11 @@ async def _completions(
     caps.completions = status == 200
     if not logprobs:
         return extended
-    logprobs = _choice(plain).get("logprobs") or {}
-    tokens = logprobs.get("tokens") or []
-    caps.completions_logprobs = bool(tokens) and bool(logprobs.get("top_logprobs"))
+    found = _choice(plain).get("logprobs") or {}
+    tokens = found.get("tokens") or []
+    caps.completions_logprobs = bool(tokens) and bool(found.get("top_logprobs"))
     caps.token_ids = bool(tokens) and all(str(t).startswith(TOKEN_ID_PREFIX) for t in tokens)
-    offsets = logprobs.get("text_offset") or []
+    offsets = found.get("text_offset") or []
     if offsets:
         caps.text_offset_base = "prompt" if offsets[0] >= len(COUNTING) else "completion"
     status, echoed, _ = await api.probe(

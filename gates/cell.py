@@ -180,4 +180,5 @@ def _goodput(samples: CellSamples, slo: Slo) -> float | None:
 def _metric_ms(metrics: RequestMetrics, name: str) -> float:
     if name == "tpot":  # a one-token answer has no TPOT, so it cannot miss a TPOT SLO
         return metrics.tpot_ms or 0.0
-    return getattr(metrics, f"{name}_ns") / NS_PER_MS
+    ns: int = getattr(metrics, f"{name}_ns")
+    return ns / NS_PER_MS

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, Field
@@ -29,9 +29,13 @@ Basis = Literal["token ids", "token bytes", "token text"]
 Token = Alternative | TokenStep
 
 
+def _with_alternatives(step: TokenStep) -> tuple[Token, ...]:
+    return (step, *step.top)
+
+
 def basis_of(*sides: Sequence[TokenStep]) -> Basis | None:
     """The finest token identity every position and alternative on all sides carries."""
-    tokens: list[Token] = [t for steps in sides for s in steps for t in (s, *s.top)]
+    tokens = [t for steps in sides for s in steps for t in _with_alternatives(s)]
     if all(t.token_id is not None for t in tokens):
         return "token ids"
     if all(t.bytes is not None for t in tokens):
@@ -163,7 +167,7 @@ def compare_completion(
     Without logprobs on a side, the texts are compared character by character."""
     g_steps, c_steps = golden.steps, candidate.steps
     basis = basis_of(g_steps, c_steps) if g_steps and c_steps else None
-    head = {
+    head: dict[str, Any] = {
         "prompt_id": golden.prompt_id,
         "api": golden.api,
         "golden_prompt_tokens": golden.prompt_tokens,

@@ -36,7 +36,11 @@ class Slo(_Settings):
 
     def limits(self) -> dict[Literal["ttft", "tpot", "e2el"], float]:
         """The limits that are set, by metric name."""
-        named = {"ttft": self.ttft_ms, "tpot": self.tpot_ms, "e2el": self.e2el_ms}
+        named: dict[Literal["ttft", "tpot", "e2el"], float | None] = {
+            "ttft": self.ttft_ms,
+            "tpot": self.tpot_ms,
+            "e2el": self.e2el_ms,
+        }
         return {name: limit for name, limit in named.items() if limit is not None}
 
 

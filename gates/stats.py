@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 Statistic = Callable[[np.ndarray], Any]
 """Reduces the last axis: one value for a 1-D array, one per row for a 2-D one."""
@@ -28,7 +29,7 @@ class Interval:
     high: float
 
 
-def mann_whitney_greater(x: Sequence[float], y: Sequence[float]) -> float:
+def mann_whitney_greater(x: ArrayLike, y: ArrayLike) -> float:
     """One-sided p-value for "x tends to be larger than y".
 
     Normal approximation with tie correction and continuity correction; adequate from about

@@ -40,7 +40,11 @@ def check(checker: Checker, answer: str, limits: Limits) -> Verdict:
         case JsonSchema():
             return _json(checker, answer)
         case Function():
-            job = {"kind": "function", "source": checker.source, "answer": answer}
+            job: dict[str, object] = {
+                "kind": "function",
+                "source": checker.source,
+                "answer": answer,
+            }
             return run_isolated(job, limits)
         case Code():
             job = {"kind": "code", "answer": code_of(answer), "tests": checker.tests}

@@ -25,7 +25,7 @@ def mcnemar_worse(lost: int, gained: int) -> float:
     n = lost + gained
     if n == 0:
         return 1.0
-    return sum(math.comb(n, k) for k in range(lost, n + 1)) / 2**n
+    return sum(math.comb(n, k) for k in range(lost, n + 1)) / (1 << n)
 
 
 def wilson(passed: int, n: int, *, confidence: float) -> Interval:
