@@ -21,7 +21,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError as Urllib3Error
 
-from flows.kube.client import Kube, mapped
+from flows.kube.client import Kube, as_body, mapped
 
 REFUSING = {400: "BadRequest", 403: "Forbidden", 422: "Invalid"}
 
@@ -33,7 +33,7 @@ def admission_refusal(kube: Kube, namespace: str, replica_set: str) -> str | Non
         rs = kube.apps.read_namespaced_replica_set(replica_set, namespace)
     pod = _pod_of(kube, rs)
     try:
-        kube.core.create_namespaced_pod(namespace, pod, dry_run="All")
+        kube.core.create_namespaced_pod(namespace, as_body(pod), dry_run="All")
     except ApiException as exc:
         status = exc.status or 0
         if status not in REFUSING:
@@ -77,8 +77,10 @@ def _may_create_pods(kube: Kube, namespace: str) -> bool:
         }
     }
     with mapped(f"ask whether this identity may create pods in {namespace}"):
-        answer = client.AuthorizationV1Api(kube.api).create_self_subject_access_review(review)
-    return bool(answer.status.allowed)
+        answer = client.AuthorizationV1Api(kube.api).create_self_subject_access_review(
+            as_body(review)
+        )
+    return answer.status is not None and bool(answer.status.allowed)
 
 
 def _service_account_missing(kube: Kube, namespace: str, pod: dict[str, Any]) -> bool:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,6 +21,12 @@ from flows.errors import PermanentError, TransientError
 from retrypolicy.retry import Retry, policy, retry_after, with_retries
 
 FIELD_MANAGER = "handoff"
+
+
+def as_body(manifest: Mapping[str, Any]) -> Any:
+    """A plain manifest as a request body: the client sends a dict as it is, though it
+    annotates its request bodies with its model classes only."""
+    return manifest
 
 
 class Conflict(TransientError):

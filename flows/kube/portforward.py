@@ -161,7 +161,8 @@ def pod_forward(kube: Kube, namespace: str, pod: str, port: int) -> Iterator[For
     (the kubelet's message, a refused upgrade) `problems()` returns, for the report."""
     if dials_pod_ip(kube):
         with mapped(f"read pod {namespace}/{pod}"):
-            ip = kube.core.read_namespaced_pod(pod, namespace).status.pod_ip
+            status = kube.core.read_namespaced_pod(pod, namespace).status
+        ip = status.pod_ip if status is not None else None
         yield Forward(url=f"http://{ip}:{port}", problems=list)
         return
     with PortForwarder(kube, namespace, pod, port) as forwarder:

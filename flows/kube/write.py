@@ -9,7 +9,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from flows.kube.client import FIELD_MANAGER, Conflict, Kube, NotFound, mapped
+from flows.kube.client import FIELD_MANAGER, Conflict, Kube, NotFound, as_body, mapped
 from flows.kube.objects import ServiceSnapshot
 from retrypolicy.retry import Retry, with_retries
 
@@ -99,7 +99,7 @@ def _put_spec(
         result = kube.apps.replace_namespaced_deployment(
             meta["name"],
             meta["namespace"],
-            body,
+            as_body(body),
             dry_run=_dry(kube, dry_run),
             field_manager=FIELD_MANAGER,
         )
@@ -212,7 +212,7 @@ def record_event(
         "count": 1,
     }
     with mapped(f"record event {reason} on {kind} {namespace}/{name}"):
-        kube.core.create_namespaced_event(namespace, body, dry_run=_dry(kube, dry_run))
+        kube.core.create_namespaced_event(namespace, as_body(body), dry_run=_dry(kube, dry_run))
 
 
 def apply_manifest(kube: Kube, body: dict[str, Any], *, dry_run: bool = False) -> None:
@@ -243,7 +243,7 @@ def delete_deployment(kube: Kube, namespace: str, name: str, *, dry_run: bool = 
             kube.apps.delete_namespaced_deployment(
                 name,
                 namespace,
-                body={"propagationPolicy": "Background"},
+                body=as_body({"propagationPolicy": "Background"}),
                 dry_run=_dry(kube, dry_run),
             )
     except NotFound:
