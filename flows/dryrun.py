@@ -14,6 +14,7 @@ only be checked once the apply created it.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
@@ -122,14 +123,15 @@ def planned_writes(
         writes.append(
             (
                 f"scale Deployment {d.name} (stop or retire, rollback)",
-                lambda d=d: write.scale_deployment(kube, ns, d.name, 0, dry_run=True),
+                partial(write.scale_deployment, kube, ns, d.name, 0, dry_run=True),
             )
         )
         if spec.replaces_live:
             writes.append(
                 (
                     f"replace the spec of Deployment {d.name} (rollback)",
-                    lambda d=d: write.replace_deployment_spec(
+                    partial(
+                        write.replace_deployment_spec,
                         kube,
                         ns,
                         d.name,

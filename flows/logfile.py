@@ -47,7 +47,7 @@ def logs_to(path: Path) -> Iterator[Path]:
 
     ensure_logging_setup()
     path.parent.mkdir(parents=True, exist_ok=True)
-    swapped: list[tuple[logging.Logger, logging.Handler, logging.Handler]] = []
+    swapped: list[tuple[logging.Logger, logging.Handler, logging.FileHandler]] = []
     for logger in _loggers():
         for handler in list(logger.handlers):
             if not _to_terminal(handler):

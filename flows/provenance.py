@@ -16,7 +16,7 @@ import re
 import subprocess
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Literal
+from typing import Literal, cast
 
 import git
 from pydantic import BaseModel, ConfigDict
@@ -94,7 +94,8 @@ def resolve_commits(
 
 def _find_one(repo: git.Repo, head: str, commit: str) -> FixEvidence | None:
     summary = _summary(repo, commit)
-    if repo.is_ancestor(commit, head):
+    # GitPython annotates Commits but takes any rev: it hands both to git merge-base
+    if repo.is_ancestor(cast("git.Commit", commit), cast("git.Commit", head)):
         return FixEvidence(commit=commit, found="ancestor", matching_commit=commit, summary=summary)
     wanted = _patch_ids(repo, [commit, "-1"]).get(commit)
     for candidate, patch_id in _patch_ids(repo, [head, f"^{commit}"]).items():

@@ -55,7 +55,8 @@ def load_manifest(spec: HandoffSpec) -> dict[str, Any]:
             and doc.get("metadata", {}).get("name") == spec.candidate.deployment
         ):
             _check_container(spec, doc, path)
-            return doc
+            manifest: dict[str, Any] = doc
+            return manifest
     raise ManifestError(
         f"candidate manifest {path} has no Deployment named {spec.candidate.deployment!r}; "
         "fix candidate.deployment in the spec or the manifest"

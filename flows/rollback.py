@@ -194,11 +194,11 @@ def _pinned_to_restored(kube: Kube, spec: HandoffSpec, ledger: Ledger) -> dict[s
     if name in live or not any(owned_by_deployment(p, name) for p in pods):
         return None
     hashes = {
-        p.labels.get("pod-template-hash")
+        p.labels["pod-template-hash"]
         for p in pods
+        if "pod-template-hash" in p.labels
         if any(owned_by_deployment(p, w.name) for w in ledger.snapshot.workloads)
     }
-    hashes.discard(None)
     return {**selector, "pod-template-hash": hashes.pop()} if len(hashes) == 1 else None
 
 

@@ -109,6 +109,10 @@ class ApprovalSpec(_Model):
     )
 
 
+def _both_events() -> list[Literal["approval", "rollback"]]:
+    return ["approval", "rollback"]
+
+
 class NotifySpec(_Model):
     block: str = Field(
         pattern=r"^[a-z0-9][-a-z0-9]*/[^/]+$",
@@ -117,7 +121,7 @@ class NotifySpec(_Model):
         "Teams); any other Prefect notification block is accepted the same way",
     )
     on: list[Literal["approval", "rollback"]] = Field(
-        default_factory=lambda: ["approval", "rollback"],
+        default_factory=_both_events,
         description="when to send: a pause for approval, a rollback",
     )
 

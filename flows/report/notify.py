@@ -9,7 +9,7 @@ cannot be delivered later is logged and never fails or stalls the handoff.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, Protocol
 
 from prefect import get_run_logger
 from prefect.blocks.abstract import NotificationBlock
@@ -26,11 +26,19 @@ class NotifyBlockError(PermanentError):
     """The spec's notify.block names no usable notification block."""
 
 
+class _Sends(Protocol):
+    """A notification block as called here, outside an event loop: its notify runs at
+    once (Prefect dispatches it), though NotificationBlock declares it a coroutine."""
+
+    def notify(self, body: str, subject: str | None = None) -> object: ...
+
+
 class Notifier:
     """The spec's notification block and the events it is for."""
 
     def __init__(self, block: NotificationBlock, name: str, on: list[Event]) -> None:
-        self.block, self.name, self.on = block, name, on
+        self.block: _Sends = block
+        self.name, self.on = name, on
 
     def send(self, event: Event, subject: str, body: str) -> None:
         if event not in self.on:
