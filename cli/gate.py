@@ -6,7 +6,7 @@ Exit codes: 0 pass, 1 fail, 2 no verdict or error.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
@@ -98,7 +98,7 @@ def parity(
     from pydantic import ValidationError
 
     try:
-        given = {"top_k": top_k, "near_tie_max_gap": near_tie_max_gap}
+        given: dict[str, Any] = {"top_k": top_k, "near_tie_max_gap": near_tie_max_gap}
         given |= {"probe_rel_tol": probe_rel_tol}
         if require is not None:
             given["require"] = [c.strip() for c in require.split(",")]

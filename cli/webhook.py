@@ -185,8 +185,8 @@ def serve(
         f"{len(index.targets)} spec(s) under {root}: "
         + ", ".join(f"{t.name} ({t.namespace}/{t.service})" for t in index.targets)
     )
-    for error in index.errors:
-        console.print(f"[yellow]spec skipped: {error}[/yellow]")
+    for skipped in index.errors:
+        console.print(f"[yellow]spec skipped: {skipped}[/yellow]")
     serve_relay(settings, host=host, port=port, log_level="warning")
 
 
