@@ -154,17 +154,18 @@ def _poll(
     """
     ref = requirement.image
     try:
-        digest = client.resolve(ref.repository, ref.tag)
+        digest = client.resolve(ref.repository, ref.reference)
         if digest is None:
             return Sighting(digest=None, accepted=False, reason=f"tag {ref} does not exist"), None
         if digest in verdicts:
             return verdicts[digest], None
-        info = client.read_image(ref.repository, digest, platform=requirement.platform)
+        try:
+            info = client.read_image(ref.repository, digest, platform=requirement.platform)
+        except ImageNotFound as exc:  # e.g. an index without our platform
+            verdicts[digest] = Sighting(digest=digest, accepted=False, reason=str(exc))
+            return verdicts[digest], None
     except RegistryUnavailable as exc:
         return Sighting(digest=None, accepted=False, reason=str(exc)), None
-    except ImageNotFound as exc:  # e.g. an index without our platform
-        verdicts[digest] = Sighting(digest=digest, accepted=False, reason=str(exc))
-        return verdicts[digest], None
     return _judge(requirement, repo, info, verdicts)
 
 

@@ -14,6 +14,7 @@ import json
 import os
 import re
 from collections.abc import Generator, Mapping
+from typing import Any, cast
 
 import httpx
 from pydantic import BaseModel, ConfigDict, SecretStr
@@ -61,7 +62,8 @@ def credentials_from_secret_block(name: str) -> RegistryCredentials:
     """Credentials from a Prefect Secret block holding ``{"username","password"}`` or a token."""
     from prefect.blocks.system import Secret  # Prefect only on this path: it is slow to import
 
-    value = Secret.load(name).get()
+    # Outside an event loop, as here, Prefect's load returns the block, not a coroutine
+    value = cast("Secret[Any]", Secret.load(name)).get()
     if isinstance(value, str):
         try:
             value = json.loads(value)

@@ -120,7 +120,8 @@ class RegistryClient:
     def read_config(self, repository: str, digest: str) -> dict[str, Any]:
         response = self._request("GET", f"/v2/{repository}/blobs/{digest}", accept="*/*")
         self._verified(response, digest, what=f"config blob {repository}@{digest}")
-        return json.loads(response.content)
+        config: dict[str, Any] = json.loads(response.content)
+        return config
 
     def read_image(
         self, repository: str, reference: str, *, platform: str = "linux/amd64"
