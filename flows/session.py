@@ -7,6 +7,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import cast
 
 from prefect import get_run_logger
 from prefect.artifacts import (
@@ -70,7 +71,11 @@ def begin(
             fenced = dataclasses.replace(kube, fence=lease.check)
             run = start_or_resume(fenced, spec, plan, run_id=holder)
             run.notifier = notifier
-            progress = create_progress_artifact(progress=0.0, description=f"handoff {spec.name}")
+            # Outside an event loop, as here, Prefect's create returns the id, not a coroutine
+            progress = cast(
+                uuid.UUID,
+                create_progress_artifact(progress=0.0, description=f"handoff {spec.name}"),
+            )
             run.evidence["progress_hook"] = lambda pct: update_progress_artifact(progress, pct)
             try:
                 with ReadyEndpoints(lambda: _ready_count(kube, spec)) as run.ready:
