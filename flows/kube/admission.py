@@ -91,7 +91,7 @@ def _service_account_missing(kube: Kube, namespace: str, pod: dict[str, Any]) ->
     try:
         kube.core.read_namespaced_service_account(name, namespace)
     except ApiException as exc:
-        return exc.status == 404  # a 403 here proves nothing: the refusal stands
+        return bool(exc.status == 404)  # a 403 here proves nothing: the refusal stands
     except (Urllib3Error, OSError):
         return False
     return False
