@@ -193,4 +193,22 @@ def _candidate_changes(run: HandoffRun) -> list[Change]:
     if owner != run.ledger.handoff_id:
         field = f"metadata.annotations[{HANDOFF_ID_ANNOTATION}]"
         return [_deployment(name, field, run.ledger.handoff_id, owner)]
+    allowed = candidate_replicas(run)
+    if found.replicas not in allowed:
+        expected = " or ".join(str(n) for n in sorted(allowed))
+        return [_deployment(name, "spec.replicas", expected, found.replicas)]
     return []
+
+
+def candidate_replicas(run: HandoffRun) -> set[int]:
+    """The counts this handoff gives the candidate by its phase: 0 at the apply, the
+    preview while it warms and is gated, the target from the scale-up on (a twin stays
+    at its preview: the live Deployment takes the target)."""
+    preview, target = run.spec.candidate.preview_replicas, run.spec.candidate.replicas
+    if not run.reached(Phase.WARM):
+        return {0, preview}
+    if run.twin or not run.reached(Phase.SWAPPED):
+        return {preview}
+    if run.reached(Phase.SCALED):
+        return {target}
+    return {preview, target}

@@ -66,6 +66,12 @@ CELLS: list[Cell] = [
         "clef-serve spec.replicas",
         ("image wait", "gates", "approval wait"),
     ),
+    *_edits(
+        "person scales candidate Deployment",
+        faults.scale_candidate,
+        "clef-candle spec.replicas",
+        ("gates", "approval wait"),
+    ),
     # Not at the scale: with the candidate already at its count, the scale-up is over
     # before an edit could land in it.
     *_edits(

@@ -106,6 +106,19 @@ def scale_live(scene: Scene) -> Kept:
     return kept
 
 
+def scale_candidate(scene: Scene) -> Kept:
+    """A person adds a replica to the candidate while it is gated (kubectl scale)."""
+    apps, ns = scene.kube.apps, scene.namespace
+    wanted = apps.read_namespaced_deployment(CANDIDATE, ns).spec.replicas + 1
+    apps.patch_namespaced_deployment_scale(CANDIDATE, ns, {"spec": {"replicas": wanted}})
+
+    def kept() -> None:
+        found = apps.read_namespaced_deployment(CANDIDATE, ns).spec.replicas
+        assert found == wanted, f"the person's {wanted} replicas of {CANDIDATE} became {found}"
+
+    return kept
+
+
 def edit_selector(scene: Scene) -> Kept:
     """A person narrows the Service to the live pods' current ReplicaSet: it still
     serves, from a selector the handoff did not write."""
