@@ -2,11 +2,11 @@
 
 Client exceptions (httpx, git, kubernetes) are mapped to these once, at the boundary that
 calls the client, with the original chained as ``__cause__``. The registry client's own
-errors (``ociclient.errors``) are mapped by the image step (``flows/image.py``): a registry
-that is unreachable or answers 429/5xx is a ``TransientError``, a missing image an
-``ImageMissing``, refused credentials or any other refusal a ``PermanentError``; messages
-unchanged. The classes below live here
-unless the tree names a module of ``flows`` (the step or client that raises them);
+errors (``ociclient.errors``, a tree of their own) are mapped by the image step
+(``flows/image.py``): a registry that is unreachable or answers 429/5xx is a
+``TransientError``, a missing image an ``ImageMissing``, refused credentials or any other
+refusal a ``PermanentError``; messages unchanged. The classes below live here unless the
+tree names a module of ``flows`` (the step or client that raises them);
 tests/flows/test_error_tree.py fails when a subclass is missing from the tree or hangs under
 another parent.
 
@@ -48,13 +48,13 @@ another parent.
 
 Where a TransientError is retried, and nowhere else: a request to the API server or the
 registry that gets no answer, a 429 or a 5xx is retried by the one policy of
-retrypolicy/retry.py before it is raised as KubeUnavailable or as ociclient's
-RegistryUnavailable (for at most HANDOFF_RETRY_S);
-a read-modify-write that meets a Conflict reads again and retries under the same policy
-(flows/kube/write.py); the image step records a RegistryUnavailable as a sighting and polls on
-until its own timeout (flows/image.py); the Lease's renewal retries until the Lease would
-expire (flows/lease.py). Anywhere else a TransientError fails the run as a PermanentError
-does: the handoff stops (and, after the apply, rolls back); no step is retried as a whole.
+retrypolicy/retry.py (for at most HANDOFF_RETRY_S) before it is raised as KubeUnavailable
+or as ociclient's RegistryUnavailable; a read-modify-write that meets a Conflict reads again
+and retries under the same policy (flows/kube/write.py); the image step records a
+RegistryUnavailable as a sighting and polls on until its own timeout (flows/image.py); the
+Lease's renewal retries until the Lease would expire (flows/lease.py). Anywhere else a
+TransientError fails the run as a PermanentError does: the handoff stops (and, after the
+apply, rolls back); no step is retried as a whole.
 
 Messages name the object, what was expected, what was observed and what to do next.
 """
