@@ -1,14 +1,19 @@
-"""The tree drawn in flows/errors.py's docstring lists every error class of the flows
-package, under its real parent and in the module it names."""
+"""The trees drawn in flows/errors.py's and ociclient/errors.py's docstrings list every
+error class of their package, under its real parent and in the module it names."""
 
 from __future__ import annotations
 
 import importlib
 import pkgutil
 import re
+from types import ModuleType
+
+import pytest
 
 import flows
+import ociclient
 from flows import errors
+from ociclient import errors as registry_errors
 
 # "    │   ├── Conflict      (kube.client) 409: ..." -> indent, name, module
 _NODE = re.compile(
@@ -16,12 +21,14 @@ _NODE = re.compile(
 )
 
 
-def documented(doc: str) -> dict[str, tuple[str | None, str]]:
+def documented(
+    doc: str, root: str = "HandoffError", package: str = "flows"
+) -> dict[str, tuple[str | None, str]]:
     """Each class of the drawn tree: (its parent, its module)."""
     tree: dict[str, tuple[str | None, str]] = {}
     parents: list[str] = []  # parents[depth] = the last class seen at that depth
     lines = doc.splitlines()
-    first = next(i for i, line in enumerate(lines) if line.strip() == "HandoffError")
+    first = next(i for i, line in enumerate(lines) if line.split()[0:1] == [root])
     base = len(lines[first]) - len(lines[first].lstrip())
     for line in lines[first:]:
         if not line.strip():
@@ -32,18 +39,18 @@ def documented(doc: str) -> dict[str, tuple[str | None, str]]:
         depth = indent // 4
         name = node["name"]
         del parents[depth:]
-        tree[name] = (parents[-1] if parents else None, f"flows.{node['module'] or 'errors'}")
+        tree[name] = (parents[-1] if parents else None, f"{package}.{node['module'] or 'errors'}")
         parents.append(name)
     return tree
 
 
-def actual() -> dict[str, tuple[str | None, str]]:
-    """Every subclass of HandoffError once every module of flows is imported."""
-    for module in pkgutil.walk_packages(flows.__path__, "flows."):
+def actual(package: ModuleType, base: type[Exception]) -> dict[str, tuple[str | None, str]]:
+    """Every subclass of base once every module of the package is imported."""
+    for module in pkgutil.walk_packages(package.__path__, f"{package.__name__}."):
         if not module.name.endswith("__main__"):  # running it would start a program
             importlib.import_module(module.name)
-    found: dict[str, tuple[str | None, str]] = {"HandoffError": (None, "flows.errors")}
-    pending = [errors.HandoffError]
+    found: dict[str, tuple[str | None, str]] = {base.__name__: (None, base.__module__)}
+    pending = [base]
     while pending:
         cls = pending.pop()
         for sub in cls.__subclasses__():
@@ -75,14 +82,26 @@ def test_the_tree_parses_parents_and_modules() -> None:
     }
 
 
-def test_every_error_class_is_in_the_documented_tree() -> None:
-    tree, found = documented(errors.__doc__ or ""), actual()
-    missing = {name: where for name, where in found.items() if name not in tree}
+@pytest.mark.parametrize(
+    ("package", "tree_module", "base"),
+    [
+        (flows, errors, errors.HandoffError),
+        (ociclient, registry_errors, registry_errors.RegistryError),
+    ],
+    ids=["flows", "ociclient"],
+)
+def test_every_error_class_is_in_the_documented_tree(
+    package: ModuleType, tree_module: ModuleType, base: type[Exception]
+) -> None:
+    where = f"{tree_module.__name__.replace('.', '/')}.py"
+    tree = documented(tree_module.__doc__ or "", base.__name__, package.__name__)
+    found = actual(package, base)
+    missing = {name: at for name, at in found.items() if name not in tree}
     assert not missing, (
-        f"error classes missing from the tree in flows/errors.py's docstring: {missing}; "
+        f"error classes missing from the tree in {where}'s docstring: {missing}; "
         "draw them under their parent, naming their module"
     )
     stale = sorted(set(tree) - set(found))
-    assert not stale, f"the tree in flows/errors.py names classes that do not exist: {stale}"
+    assert not stale, f"the tree in {where} names classes that do not exist: {stale}"
     wrong = {name: (tree[name], found[name]) for name in found if tree[name] != found[name]}
     assert not wrong, f"(documented parent, module) vs (actual): {wrong}"
