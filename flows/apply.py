@@ -20,7 +20,7 @@ from flows.kube.objects import PodSnapshot, owned_by_deployment
 from flows.kube.wait import wait_pods
 from flows.ledger import REVISION_LABEL, OutageRecord, Phase
 from flows.outage import OutageClock
-from flows.render import compute_revision, load_manifest, render_candidate, unpinned_image
+from flows.render import compute_revision, render_candidate, unpinned_image
 from flows.run import HandoffRun
 
 OLD_PODS_GONE_S = 120.0
@@ -29,7 +29,7 @@ OLD_PODS_GONE_S = 120.0
 def apply_at_zero(run: HandoffRun, image: PinnedImage | None) -> str:
     """Apply the candidate at 0 replicas; returns its revision."""
     spec, plan = run.spec, run.plan
-    manifest = load_manifest(spec)
+    manifest = plan.manifest
     pinned = image.ref if image else unpinned_image(spec, manifest)
     revision = compute_revision(spec, manifest, pinned)
     if run.reached(Phase.APPLIED):

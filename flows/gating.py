@@ -30,7 +30,6 @@ from flows.capacity import Strategy
 from flows.errors import GateFailed
 from flows.kube.portforward import Forward, pod_forward, problems_note
 from flows.ledger import Phase
-from flows.render import load_manifest
 from flows.run import HandoffRun
 from gates.errors import GateError
 from gates.golden_format import Golden
@@ -100,7 +99,7 @@ def _baseline(run: HandoffRun) -> PodIdentity | None:
     """A ready pod of a live workload, when side by side (in place it is gone)."""
     if run.plan.strategy is not Strategy.SIDE_BY_SIDE:
         return None
-    candidate_template = load_manifest(run.spec)["spec"]["template"]
+    candidate_template = run.plan.manifest["spec"]["template"]
     for deployment in run.plan.current:
         port = compute_live_port(
             service_ports=run.plan.service.ports,
@@ -114,6 +113,32 @@ def _baseline(run: HandoffRun) -> PodIdentity | None:
     return None
 
 
+class _Live:
+    """The live baseline of one gating step, found and forwarded to at most once, when
+    a gate first asks: the task and latency gates compare with the same pod."""
+
+    def __init__(
+        self, run: HandoffRun, stack: contextlib.ExitStack[bool | None], forwards: list[Forward]
+    ) -> None:
+        self.run, self.stack, self.forwards = run, stack, forwards
+        self._looked = False
+        self._pod: PodIdentity | None = None
+        self._url: str | None = None
+
+    def pod(self) -> PodIdentity | None:
+        if not self._looked:
+            self._pod, self._looked = _baseline(self.run), True
+        return self._pod
+
+    def url(self, pod: PodIdentity) -> str:
+        if self._url is None:
+            ns = self.run.spec.namespace
+            forward = self.stack.enter_context(pod_forward(self.run.kube, ns, pod.pod, pod.port))
+            self.forwards.append(forward)
+            self._url = forward.url
+        return self._url
+
+
 def run_gates(run: HandoffRun, candidate_pods: tuple[str, ...]) -> Evidence:
     """Run every configured gate; raise GateFailed (with the evidence) unless all pass.
     A resumed run that was already approved keeps the evidence it was approved on.
@@ -123,8 +148,10 @@ def run_gates(run: HandoffRun, candidate_pods: tuple[str, ...]) -> Evidence:
         return Evidence(image=run.ledger.image, gates=[], sha256=run.ledger.evidence_sha256 or "")
     gates, summaries, forwards = run.spec.gates, [], []
     bounded = run.plan.strategy is Strategy.IN_PLACE
-    with _forward(run, candidate_pods[0]) as candidate:
+    with contextlib.ExitStack() as stack:
+        candidate = stack.enter_context(_forward(run, candidate_pods[0]))
         forwards.append(candidate)
+        live = _Live(run, stack, forwards)
         url = candidate.url
         smoke = run_smoke_async(url, model_id=gates.model_id, deadline_s=gates.smoke_deadline_s)
         summaries.append(_within(run, "smoke", gates.smoke_deadline_s, smoke, bounded))
@@ -133,14 +160,12 @@ def run_gates(run: HandoffRun, candidate_pods: tuple[str, ...]) -> Evidence:
             parity = run_parity_async(url, golden, gates.parity.tolerances, model_id=gates.model_id)
             summaries.append(_within(run, "parity", gates.parity.budget_s, parity, bounded))
         if gates.task is not None:
-            summaries.append(_task(run, url, forwards, bounded))
+            summaries.append(_task(run, url, live, bounded))
         if gates.latency is not None:
-            summaries.append(
-                _latency(run, gates.latency, candidate_pods[0], url, forwards, bounded)
-            )
+            summaries.append(_latency(run, gates.latency, candidate_pods[0], url, live, bounded))
     problems = list(dict.fromkeys(p for f in forwards for p in f.problems()))
     evidence = _evidence(run, summaries, problems)
-    run.evidence["gates"] = evidence
+    run.evidence = evidence
     if not evidence.passed:
         failed = [g for g in summaries if g.verdict != "pass"]
         raise GateFailed(
@@ -182,11 +207,9 @@ def _no_verdict(name: str, reason: str) -> GateSummary:
     return GateSummary(name=name, verdict="no verdict", reason=reason, markdown=reason, figures={})
 
 
-def _task(
-    run: HandoffRun, candidate_url: str, forwards: list[Forward], bounded: bool
-) -> GateSummary:
+def _task(run: HandoffRun, candidate_url: str, live: _Live, bounded: bool) -> GateSummary:
     """The task gate against the live baseline side by side, else the golden scores."""
-    spec, model, ns = run.spec.gates.task, run.spec.gates.model_id, run.spec.namespace
+    spec, model = run.spec.gates.task, run.spec.gates.model_id
     assert spec is not None
     try:
         suite = load_suite(spec.suite)
@@ -194,7 +217,7 @@ def _task(
     except GateError as exc:
         return _no_verdict("task", f"no verdict: {exc}")
     rule = TaskRule(margin=spec.margin, floor=spec.floor)
-    baseline = _baseline(run)
+    baseline = live.pod()
     if baseline is None:
         if golden is None:
             return _no_verdict(
@@ -205,10 +228,9 @@ def _task(
             )
         gate = run_task_async(candidate_url, suite, rule, golden=golden, model_id=model)
         return _within(run, "task", spec.budget_s, gate, bounded)
-    with pod_forward(run.kube, ns, baseline.pod, baseline.port) as forward:
-        forwards.append(forward)
-        gate = run_task_async(candidate_url, suite, rule, baseline_url=forward.url, model_id=model)
-        return _within(run, "task", spec.budget_s, gate, bounded)
+    baseline_url = live.url(baseline)
+    gate = run_task_async(candidate_url, suite, rule, baseline_url=baseline_url, model_id=model)
+    return _within(run, "task", spec.budget_s, gate, bounded)
 
 
 def _latency(
@@ -216,24 +238,20 @@ def _latency(
     settings: LatencySettings,
     candidate_pod: str,
     candidate_url: str,
-    forwards: list[Forward],
+    live: _Live,
     bounded: bool,
 ) -> GateSummary:
     """The latency gate against the live baseline; the summary names both sides."""
     budget = run.spec.gates.latency_budget_s
     model, ns = run.spec.gates.model_id, run.spec.namespace
     candidate = identify_pod(run.kube, ns, candidate_pod, run.spec.candidate.port)
-    baseline = _baseline(run)
+    baseline = live.pod()
     if baseline is None:
         gate = run_latency_async(candidate_url, None, settings, candidate_model=model)
         return _within(run, "latency", budget, gate, bounded, candidate=candidate)
     check_distinct(baseline, candidate)
-    with pod_forward(run.kube, ns, baseline.pod, baseline.port) as forward:
-        forwards.append(forward)
-        gate = run_latency_async(candidate_url, forward.url, settings, candidate_model=model)
-        return _within(
-            run, "latency", budget, gate, bounded, candidate=candidate, baseline=baseline
-        )
+    gate = run_latency_async(candidate_url, live.url(baseline), settings, candidate_model=model)
+    return _within(run, "latency", budget, gate, bounded, candidate=candidate, baseline=baseline)
 
 
 def _summary(

@@ -6,6 +6,7 @@ Any failure after the first write rolls back from the snapshot on the Service.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import cast
 
 from prefect import flow, get_run_logger
@@ -16,6 +17,7 @@ from prefect.states import Cancelled
 from flows.newest import Superseded, ensure_newest, is_merge
 from flows.report.record import HandoffRecord, Trigger
 from flows.session import begin, finish
+from flows.spec import load_spec
 from flows.spec_paths import SpecRefused, confine, specs_dir
 from flows.tasks import (
     apply_at_zero,
@@ -56,16 +58,17 @@ def handoff(
         except SpecRefused as exc:
             get_run_logger().error("%s", exc)
             raise
-    newest = ensure_newest(spec_file, trigger)
+    spec = load_spec(Path(spec_file))  # once: every step of the run reads this one
+    newest = ensure_newest(spec, trigger)
     if not newest.newest:
         return _cancelled(newest.reason)
     merge = is_merge(trigger)
     try:
         with begin(
-            spec_file,
+            spec,
             kubeconfig=kubeconfig,
             queue_s=queue_timeout_s if merge else 0.0,
-            on_turn=(lambda: ensure_newest(spec_file, trigger, or_raise=True)) if merge else None,
+            on_turn=(lambda: ensure_newest(spec, trigger, or_raise=True)) if merge else None,
         ) as run:
             try:
                 pinned = wait_for_image(run)

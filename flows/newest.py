@@ -60,13 +60,15 @@ def is_merge(trigger: Trigger | None) -> TypeGuard[Trigger]:
 
 
 def ensure_newest(
-    spec_file: str, trigger: Trigger | None, *, or_raise: bool = False
+    spec: HandoffSpec | str, trigger: Trigger | None, *, or_raise: bool = False
 ) -> NewestCheck:
     """Decide whether this run's merge is the newest for its Service (call it first, and
-    again when the Service's turn comes); or_raise: raise Superseded when it is not."""
+    again when the Service's turn comes); or_raise: raise Superseded when it is not.
+    `spec` is the run's loaded spec, or a spec file, read only for a merge."""
     if not is_merge(trigger) or not trigger.delivery_id:  # is_merge's test, for mypy
         return NewestCheck(newest=True, reason="started by hand, not by a merge")
-    spec = load_spec(Path(spec_file))
+    if not isinstance(spec, HandoffSpec):
+        spec = load_spec(Path(spec))
     api = _api_url()
     _tag_run(spec)
     try:

@@ -1,16 +1,17 @@
 """Step 1, plan: read the cluster, choose a strategy, dry-run every write.
 
-Observes the Service, the current and candidate Deployments, the nodes and the pods
-bound to them; decides with `flows.capacity` (pure); validates each write the
-handoff will make with a server-side dry-run. Writes nothing, so it is trivially
-idempotent and safe to run at any time (`handoff plan SPEC`).
+Observes, each once: the Service, the current and candidate Deployments, the nodes,
+the pods and the candidate manifest (carried in the plan, so every later step works
+on the manifest the plan decided on); decides with `flows.capacity` (pure);
+validates each write the handoff will make with a server-side dry-run. Writes
+nothing, so it is trivially idempotent and safe to run at any time (`handoff plan SPEC`).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from flows import downtime
 from flows.capacity import Decision, NodeGpu, Strategy, compute_gpu_ledger, decide_strategy
@@ -50,6 +51,9 @@ class Plan(BaseModel):
     capacity_wait_s: float = 0.0
     pin_live_selector: dict[str, str] | None
     dry_runs: list[DryRun]
+    manifest: dict[str, Any] = Field(
+        exclude=True, repr=False, description="the candidate Deployment, as read from its file"
+    )
 
     @property
     def downtime_bound_s(self) -> float | None:
@@ -116,7 +120,8 @@ def make_plan(kube: Kube, spec: HandoffSpec) -> Plan:
     )
     manifest = load_manifest(spec)
     per_pod = pod_spec_gpus(manifest["spec"]["template"]["spec"])
-    pods = read.list_scheduled_pods(kube)
+    every_pod = read.list_all_pods(kube)
+    pods = [p for p in every_pod if p.node]  # bound to a node: they hold its GPUs
     ns_pods = [
         p
         for p in pods
@@ -124,25 +129,30 @@ def make_plan(kube: Kube, spec: HandoffSpec) -> Plan:
             owned_by_deployment(p, d.name) for d in [*current, *([candidate] if candidate else [])]
         )
     ]
+    gpu = compute_gpu_ledger(read.list_nodes(kube), pods)
     decision = decide_strategy(
         same_deployment=spec.replaces_live,
         per_pod=per_pod,
         preview=spec.candidate.preview_replicas,
         target=spec.candidate.replicas,
-        ledger=compute_gpu_ledger(read.list_nodes(kube), pods),
+        ledger=gpu,
         current_pods=[p for p in ns_pods if any(owned_by_deployment(p, d.name) for d in current)],
         candidate_pods=[p for p in ns_pods if candidate and owned_by_deployment(p, candidate.name)],
     )
     # Side by side or in place, the candidate's pods must not join the Service before
     # the gates and the swap: a selector they would match is narrowed first.
-    pin = _live_selector_pin(kube, spec, service, current, manifest) if decision.strategy else None
+    pin = (
+        _live_selector_pin(spec, service, current, manifest, every_pod)
+        if decision.strategy
+        else None
+    )
     return Plan(
         spec_name=spec.name,
         namespace=spec.namespace,
         service=service,
         current=current,
         candidate=candidate,
-        gpu=compute_gpu_ledger(read.list_nodes(kube), pods),
+        gpu=gpu,
         gpus_per_pod=per_pod,
         decision=decision,
         downtime=_declare_downtime(kube, spec, manifest, current, ns_pods)
@@ -162,6 +172,7 @@ def make_plan(kube: Kube, spec: HandoffSpec) -> Plan:
         )
         if decision.strategy
         else [],
+        manifest=manifest,
     )
 
 
@@ -176,11 +187,11 @@ def _require(kube: Kube, spec: HandoffSpec, name: str) -> DeploymentSnapshot:
 
 
 def _live_selector_pin(
-    kube: Kube,
     spec: HandoffSpec,
     service: ServiceSnapshot,
     current: list[DeploymentSnapshot],
     manifest: dict[str, Any],
+    pods: list[PodSnapshot],
 ) -> dict[str, str] | None:
     """If the candidate's pods would match the live selector, the selector narrowed to
     the current pods' pod-template-hash, so the Service never selects both workloads."""
@@ -190,8 +201,10 @@ def _live_selector_pin(
     hashes = {
         p.labels.get("pod-template-hash")
         for d in current
-        for p in read.list_pods(kube, spec.namespace, d.selector)
-        if owned_by_deployment(p, d.name)
+        for p in pods
+        if p.namespace == spec.namespace
+        and all(p.labels.get(k) == v for k, v in d.selector.items())
+        and owned_by_deployment(p, d.name)
     }
     hashes.discard(None)
     if len(current) != 1 or len(hashes) != 1:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -14,19 +15,26 @@ from flows.report.timeline import ReadyEndpoints, StepSpan
 from flows.spec import HandoffSpec
 
 if TYPE_CHECKING:
+    from flows.gating import Evidence
+    from flows.image import PinnedImage
     from flows.report.notify import Notifier
 
 
 @dataclass
 class HandoffRun:
-    """What every step of one handoff needs: the cluster, the spec, the plan, the ledger."""
+    """What every step of one handoff needs: the cluster, the spec, the plan, the ledger,
+    and what the steps learn on the way for the later steps and the record."""
 
     kube: Kube
     spec: HandoffSpec
     plan: Plan
     ledger: Ledger
     timings: dict[str, float] = field(default_factory=dict)
-    evidence: dict[str, Any] = field(default_factory=dict)
+    pinned: PinnedImage | None = None  # what the image wait pinned (None: resumed past it)
+    evidence: Evidence | None = None  # the gates' verdicts, failed ones too
+    candidate_start_s: float | None = None  # scale to Ready, the first time it was waited
+    downtime_measured_s: float | None = None  # in place: no endpoints, old stop to swap
+    on_progress: Callable[[float], None] | None = None  # told each step's share of the run
     outage: OutageClock | None = None  # in place, from the old pods' stop to the swap
     notifier: Notifier | None = None  # the spec's notify.block
     spans: list[StepSpan] = field(default_factory=list)  # each step's start and length

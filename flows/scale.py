@@ -16,7 +16,6 @@ from flows.kube.wait import wait_pods, wait_rolled_out
 from flows.ledger import Phase
 from flows.render import (
     compute_startup_allowance,
-    load_manifest,
     render_candidate,
 )
 from flows.run import HandoffRun
@@ -58,7 +57,7 @@ def _rewrite_live_and_remove_twin(run: HandoffRun) -> None:
     """The live Deployment takes the candidate's spec beside the twin (same revision, so
     the Service serves both); then the Service narrows to the live pods, and only then
     is the twin removed, so no client is sent to a pod that is shutting down."""
-    spec, manifest = run.spec, load_manifest(run.spec)
+    spec, manifest = run.spec, run.plan.manifest
     body = render_candidate(
         spec,
         manifest,

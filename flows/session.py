@@ -6,7 +6,6 @@ import dataclasses
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import cast
 
 from prefect import get_run_logger
@@ -18,10 +17,10 @@ from prefect.artifacts import (
 )
 from prefect.runtime import flow_run
 
-from flows.image import PinnedImage
 from flows.kube import read
 from flows.kube.client import Kube, connect
 from flows.lease import ServiceLease, read_holder
+from flows.ledger import Ledger
 from flows.ledger_store import now_iso
 from flows.plan import make_plan
 from flows.report.markdown import plan_markdown, record_markdown
@@ -31,8 +30,8 @@ from flows.report.record import HandoffRecord, Trigger, record
 from flows.report.timeline import ReadyEndpoints, Timeline
 from flows.run import HandoffRun
 from flows.slots import service_slot
-from flows.spec import HandoffSpec, load_spec
-from flows.start import start_or_resume, unfinished
+from flows.spec import HandoffSpec
+from flows.start import start_or_resume, unfinished, unfinished_in
 
 
 def _run_id() -> str:
@@ -41,7 +40,7 @@ def _run_id() -> str:
 
 @contextmanager
 def begin(
-    spec_file: str,
+    spec: HandoffSpec,
     *,
     kubeconfig: str | None,
     queue_s: float = 0.0,
@@ -50,7 +49,6 @@ def begin(
     """Take the Service's turn (waiting up to queue_s behind another handoff of it),
     call on_turn, then plan, take the Service's Lease, start or resume the ledger.
     The plan is made once the turn is this run's: the run before may change the Service."""
-    spec = load_spec(Path(spec_file))
     notifier = load_notifier(spec)  # a wrong block name fails here, before any write
     kube = connect(kubeconfig)
     log = get_run_logger()
@@ -58,13 +56,18 @@ def begin(
     if queue_s:
         log.info("waiting up to %.0f s for Service %s's turn", queue_s, spec.service)
     with service_slot(
-        spec.namespace, spec.service, resuming=_resuming(kube, spec), queue_s=queue_s
+        spec.namespace,
+        spec.service,
+        resuming=_resuming(unfinished(kube, spec), spec),
+        queue_s=queue_s,
     ):
         if on_turn is not None:
             on_turn()
         plan = make_plan(kube, spec)
         log.info("plan for %s:\n%s", spec.name, plan_markdown(plan))
-        resuming = _resuming(kube, spec)
+        # The plan's read of the Service holds the ledger as the turn found it; the run
+        # reads it again once it holds the Lease (the run waited for may have moved it).
+        resuming = _resuming(unfinished_in(plan.service.annotations), spec)
         wait_for = read_holder(kube, spec.namespace, spec.service) if resuming else None
         with ServiceLease(kube, spec.namespace, spec.service, holder, wait_for=wait_for) as lease:
             # Every write of the run passes the Lease's fence: a lost Lease stops it.
@@ -76,7 +79,7 @@ def begin(
                 uuid.UUID,
                 create_progress_artifact(progress=0.0, description=f"handoff {spec.name}"),
             )
-            run.evidence["progress_hook"] = lambda pct: update_progress_artifact(progress, pct)
+            run.on_progress = lambda pct: update_progress_artifact(progress, pct)
             try:
                 with ReadyEndpoints(lambda: _ready_count(kube, spec)) as run.ready:
                     yield run
@@ -89,9 +92,8 @@ def _ready_count(kube: Kube, spec: HandoffSpec) -> int:
     return len(read.read_endpoints(kube, spec.namespace, spec.service).ready_pods)
 
 
-def _resuming(kube: Kube, spec: HandoffSpec) -> bool:
-    """The Service has an unfinished handoff of this very spec."""
-    pending = unfinished(kube, spec)
+def _resuming(pending: Ledger | None, spec: HandoffSpec) -> bool:
+    """The Service's unfinished handoff is one of this very spec."""
     return pending is not None and pending.spec == spec.name
 
 
@@ -105,8 +107,7 @@ def _complete(progress: uuid.UUID, description: str) -> None:
 
 def finish(run: HandoffRun, trigger: Trigger | None) -> HandoffRecord:
     """Write the audit record to the Service and as Prefect artifacts."""
-    ledger, gates = run.ledger, run.evidence.get("gates")
-    pinned: PinnedImage | None = run.evidence.get("image")
+    ledger, gates, pinned = run.ledger, run.evidence, run.pinned
     entry = HandoffRecord(
         handoff_id=ledger.handoff_id,
         spec=run.spec.name,
@@ -134,11 +135,11 @@ def finish(run: HandoffRun, trigger: Trigger | None) -> HandoffRecord:
         downtime_estimate_s=ledger.outage.estimate_s
         if ledger.outage
         else (run.plan.downtime.estimate_s if run.plan.downtime else None),
-        downtime_measured_s=run.evidence.get("downtime_measured_s"),
+        downtime_measured_s=run.downtime_measured_s,
         downtime_parts=[p.line() for p in run.plan.downtime.parts + run.plan.downtime.rollback]
         if run.plan.downtime
         else [],
-        candidate_start_s=run.evidence.get("candidate_start_s"),
+        candidate_start_s=run.candidate_start_s,
         started_at=ledger.started_at,
         finished_at=now_iso(),
         flow_run_id=_run_id(),

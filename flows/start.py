@@ -37,7 +37,12 @@ def ensure_not_rolling_back(ledger: Ledger) -> None:
 
 def unfinished(kube: Kube, spec: HandoffSpec) -> Ledger | None:
     """The Service's unfinished handoff, if any (of any spec)."""
-    ledger = parse_ledger(read_target_service(kube, spec).annotations)
+    return unfinished_in(read_target_service(kube, spec).annotations)
+
+
+def unfinished_in(annotations: dict[str, str]) -> Ledger | None:
+    """The unfinished handoff these Service annotations record, if any (of any spec)."""
+    ledger = parse_ledger(annotations)
     return ledger if ledger is not None and ledger.phase not in TERMINAL else None
 
 

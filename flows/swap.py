@@ -18,7 +18,7 @@ from flows.kube.client import Conflict
 from flows.kube.objects import EndpointsSnapshot
 from flows.kube.wait import wait_endpoint_slices, wait_endpoints
 from flows.ledger import Phase
-from flows.render import WORKLOAD_LABEL, load_manifest, service_selector
+from flows.render import WORKLOAD_LABEL, service_selector
 from flows.run import HandoffRun
 
 ENDPOINTS_S = 60.0
@@ -29,7 +29,7 @@ class SwapFailed(PermanentError):
 
 
 def target_selector(run: HandoffRun) -> dict[str, str]:
-    return service_selector(load_manifest(run.spec), run.ledger.revision or "")
+    return service_selector(run.plan.manifest, run.ledger.revision or "")
 
 
 def live_only_selector(run: HandoffRun, target: dict[str, str]) -> dict[str, str]:

@@ -50,9 +50,8 @@ def _timed(run: HandoffRun, name: str) -> Iterator[None]:
 
 
 def _progress(run: HandoffRun) -> None:
-    hook: Callable[[float], None] | None = run.evidence.get("progress_hook")
-    if hook is not None:
-        hook(min(100.0, 100.0 * len(run.timings) / STEP_COUNT))
+    if run.on_progress is not None:
+        run.on_progress(min(100.0, 100.0 * len(run.timings) / STEP_COUNT))
 
 
 def step(name: str, *, forward: bool = True) -> Callable[[Callable[..., T]], Task[..., T]]:
@@ -107,7 +106,7 @@ def wait_for_image(run: HandoffRun) -> PinnedImage | None:
         )
 
     pinned = image.wait_for_image(requirement, on_seen=seen)
-    run.evidence["image"] = pinned
+    run.pinned = pinned
     return pinned
 
 
@@ -142,7 +141,7 @@ def approve_plan(run: HandoffRun, *, auto: bool) -> None:
 
 
 def _pinned_ref(run: HandoffRun) -> str:
-    pinned: PinnedImage | None = run.evidence.get("image")
+    pinned = run.pinned
     return pinned.ref if pinned else f"{run.spec.image.repository}:{run.spec.image.tag}"
 
 
@@ -161,9 +160,8 @@ def run_gates(run: HandoffRun, pods: tuple[str, ...]) -> gating.Evidence:
     try:
         return gating.run_gates(run, pods)
     finally:  # failed gates too: their pictures show why
-        evidence: gating.Evidence | None = run.evidence.get("gates")
-        if evidence is not None:
-            publish_pictures(run.spec.service, evidence.gates)
+        if run.evidence is not None:
+            publish_pictures(run.spec.service, run.evidence.gates)
 
 
 @step("approve")
@@ -203,7 +201,7 @@ def _end_outage(run: HandoffRun) -> None:
     """In place: the Endpoints hold ready pods again; the outage is measured."""
     if run.outage is not None and run.outage.running:
         measured = run.outage.end()
-        run.evidence["downtime_measured_s"] = measured
+        run.downtime_measured_s = measured
         get_run_logger().info(
             "in place: no endpoints for %.1f s (declared about %.0f s, at most %.0f s)",
             measured,
@@ -262,7 +260,7 @@ def _tell_rollback(run: HandoffRun, cause: str) -> None:
         return
     from prefect.runtime import flow_run
 
-    evidence: gating.Evidence | None = run.evidence.get("gates")
+    evidence = run.evidence
     ended = (
         "rolled back"
         if run.ledger.phase == Phase.ROLLED_BACK

@@ -26,7 +26,7 @@ from flows.kube.objects import PodSnapshot, ReplicaSetSnapshot
 from flows.kube.portforward import pod_forward, problems_note
 from flows.kube.wait import WaitTimedOut, wait_pods, wait_replica_sets
 from flows.ledger import REVISION_LABEL, Phase
-from flows.render import compute_startup_allowance, load_manifest
+from flows.render import compute_startup_allowance
 from flows.run import HandoffRun
 from gates.smoke import run_smoke
 
@@ -113,7 +113,7 @@ def _failure(live: list[PodSnapshot], *, unschedulable_fails: bool) -> WarmVerdi
 
 
 def candidate_selector(run: HandoffRun) -> dict[str, str]:
-    manifest = load_manifest(run.spec)
+    manifest = run.plan.manifest
     match = manifest["spec"]["selector"].get("matchLabels") or {}
     return {**match, REVISION_LABEL: run.ledger.revision or ""}
 
@@ -122,7 +122,7 @@ def wait_candidate_ready(run: HandoffRun, replicas: int) -> tuple[str, ...]:
     """Scale the candidate to `replicas` and wait for that many Ready pods, failing fast."""
     spec = run.spec
     write.scale_deployment(run.kube, spec.namespace, run.candidate_name, replicas)
-    deadline = compute_startup_allowance(load_manifest(spec), spec.candidate.container) + 60.0
+    deadline = compute_startup_allowance(run.plan.manifest, spec.candidate.container) + 60.0
     started = time.monotonic()
     refused = wait_created(
         run.kube, spec.namespace, candidate_selector(run), replicas, run.limit(deadline)
@@ -134,7 +134,8 @@ def wait_candidate_ready(run: HandoffRun, replicas: int) -> tuple[str, ...]:
     verdict = _follow_candidate(
         run, lambda pods: decide_warm(pods, replicas), deadline, f"{replicas} Ready pod(s)"
     )
-    run.evidence.setdefault("candidate_start_s", round(time.monotonic() - started, 2))
+    if run.candidate_start_s is None:  # the warm-up's, not the scale-up's
+        run.candidate_start_s = round(time.monotonic() - started, 2)
     return verdict.ready
 
 

@@ -73,6 +73,7 @@ class ReplicaSetSnapshot(_Snapshot):
 
 class PodSnapshot(_Snapshot):
     name: str
+    namespace: str = ""
     uid: str
     labels: dict[str, str]
     node: str | None

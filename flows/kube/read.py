@@ -100,6 +100,7 @@ def pod_snapshot(raw: dict[str, Any]) -> PodSnapshot:
     owners = [o for o in meta.get("ownerReferences") or [] if o.get("kind") == "ReplicaSet"]
     return PodSnapshot(
         name=meta["name"],
+        namespace=meta.get("namespace") or "",
         uid=meta["uid"],
         labels=meta.get("labels") or {},
         node=spec.get("nodeName"),
@@ -204,10 +205,10 @@ def list_pods(
     return [pod_snapshot(p) for p in raw["items"]]
 
 
-def list_scheduled_pods(kube: Kube) -> list[PodSnapshot]:
-    """Every pod bound to a node, in all namespaces (for the GPU ledger)."""
+def list_all_pods(kube: Kube) -> list[PodSnapshot]:
+    """Every pod in all namespaces (the plan's one look at them)."""
     with mapped("list pods in all namespaces"):
-        raw = _raw(kube, kube.core.list_pod_for_all_namespaces(field_selector="spec.nodeName!="))
+        raw = _raw(kube, kube.core.list_pod_for_all_namespaces())
     return [pod_snapshot(p) for p in raw["items"]]
 
 
