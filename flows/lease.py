@@ -24,7 +24,8 @@ from types import TracebackType
 from typing import Any
 
 from flows.errors import HandoffError, PermanentError, TransientError
-from flows.kube.client import Conflict, Kube, NotFound, mapped
+from flows.kube.client import Conflict, Kube, NotFound
+from flows.kube.leases import create_lease, delete_lease, read_lease, replace_lease
 from retrypolicy.backoff import compute_delay
 
 LEASE_S = int(os.environ.get("HANDOFF_LEASE_S", "30"))
@@ -61,11 +62,10 @@ def read_holder(kube: Kube, namespace: str, service: str) -> str | None:
     """The holder of the Service's Lease; None when there is no Lease. A refusal or an
     outage raises: it says nothing about whether another run holds the Service."""
     try:
-        with mapped(f"read Lease {namespace}/{lease_name(service)}"):
-            lease = kube.coordination.read_namespaced_lease(lease_name(service), namespace)
+        lease = read_lease(kube, namespace, lease_name(service))
     except NotFound:
         return None
-    return str(lease.spec.holder_identity or "") or None
+    return lease.holder or None
 
 
 class ServiceLease:
@@ -149,43 +149,38 @@ class ServiceLease:
                 time.sleep(1.0)
 
     def _try_acquire(self) -> None:
-        api = self.kube.coordination
         body: dict[str, Any] = {
             "metadata": {"name": self.name, "namespace": self.namespace},
             "spec": {**self._spec(), "leaseTransitions": 0},
         }
         started = time.monotonic()
         try:
-            with mapped(f"create Lease {self.namespace}/{self.name}"):
-                api.create_namespaced_lease(self.namespace, body)
+            create_lease(self.kube, self.namespace, body)
             self._held(started, 0)
             return
         except Conflict:
             pass
-        with mapped(f"read Lease {self.namespace}/{self.name}"):
-            lease = api.read_namespaced_lease(self.name, self.namespace)
-        spec = lease.spec
+        lease = read_lease(self.kube, self.namespace, self.name)
         expires = (
-            spec.renew_time + dt.timedelta(seconds=spec.lease_duration_seconds or LEASE_S)
-            if spec.renew_time
+            lease.renew_time + dt.timedelta(seconds=lease.duration_s or LEASE_S)
+            if lease.renew_time
             else _now()
         )
-        live = spec.holder_identity and expires > _now()
-        if live and spec.holder_identity == self.wait_for:
+        live = lease.holder and expires > _now()
+        if live and lease.holder == self.wait_for:
             raise _HeldByResumable
-        if live and spec.holder_identity != self.holder:
+        if live and lease.holder != self.holder:
             raise HandoffInProgress(
                 f"Service {self.namespace}/{self.name.removeprefix('handoff-')} is being "
-                f"handed off by {spec.holder_identity} "
+                f"handed off by {lease.holder} "
                 f"(Lease {self.name} renewed until {expires:%H:%M:%S}Z); "
                 "wait for it to finish, or for its Lease to expire if that run died"
             )
         # Every change of holder counts, so a run that lost the Lease can tell.
-        transitions = (spec.lease_transitions or 0) + (spec.holder_identity != self.holder)
+        transitions = lease.transitions + (lease.holder != self.holder)
         body["spec"]["leaseTransitions"] = transitions
-        body["metadata"]["resourceVersion"] = lease.metadata.resource_version
-        with mapped(f"take over Lease {self.namespace}/{self.name}"):
-            api.replace_namespaced_lease(self.name, self.namespace, body)
+        body["metadata"]["resourceVersion"] = lease.resource_version
+        replace_lease(self.kube, self.namespace, body, action="take over")
         self._held(started, transitions)
 
     def _renew_loop(self) -> None:
@@ -217,34 +212,26 @@ class ServiceLease:
     def _renew(self) -> None:
         """Read the Lease; if it is still this run's (holder and transitions), write a new
         renewTime under its resourceVersion (a 409 means someone else wrote it)."""
-        api, timeout = self.kube.coordination, LEASE_S / 3
-        where = f"{self.namespace}/{self.name}"
-        with mapped(f"read Lease {where}"):
-            lease = api.read_namespaced_lease(self.name, self.namespace, _request_timeout=timeout)
-        holder, transitions = lease.spec.holder_identity, lease.spec.lease_transitions or 0
+        timeout = LEASE_S / 3
+        lease = read_lease(self.kube, self.namespace, self.name, timeout_s=timeout)
+        holder, transitions = lease.holder, lease.transitions
         if holder != self.holder or transitions != self._transitions:
             self._lose(
                 f"it is held by {holder} now (leaseTransitions {transitions}, "
                 f"this run took it at {self._transitions})"
             )
             raise LeaseLost(self.lost or "")
-        body = self.kube.api.sanitize_for_serialization(lease)
-        body["spec"]["renewTime"] = _micro(_now())
-        with mapped(f"renew Lease {where}"):
-            api.replace_namespaced_lease(self.name, self.namespace, body, _request_timeout=timeout)
+        body = {**lease.body, "spec": {**lease.body["spec"], "renewTime": _micro(_now())}}
+        replace_lease(self.kube, self.namespace, body, action="renew", timeout_s=timeout)
 
     def release(self) -> None:
         """Delete the Lease if this run still holds it (a takeover keeps it)."""
-        api = self.kube.coordination
         try:
-            with mapped(f"release Lease {self.namespace}/{self.name}"):
-                lease = api.read_namespaced_lease(self.name, self.namespace)
-                if lease.spec.holder_identity != self.holder:
-                    return
-                api.delete_namespaced_lease(
-                    self.name,
-                    self.namespace,
-                    body={"preconditions": {"resourceVersion": lease.metadata.resource_version}},
-                )
+            lease = read_lease(self.kube, self.namespace, self.name)
+            if lease.holder != self.holder:
+                return
+            delete_lease(
+                self.kube, self.namespace, self.name, resource_version=lease.resource_version
+            )
         except (NotFound, Conflict):
             pass

@@ -5,6 +5,7 @@ Raw API bodies stop here: everything past `flows.kube` sees these frozen models.
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -90,6 +91,17 @@ class PodSnapshot(_Snapshot):
     last_exit: str | None = Field(None, description="reason and code of the last termination")
     ip: str | None = None
     start_s: float | None = Field(None, description="seconds from creation to Ready, if Ready")
+
+
+class LeaseSnapshot(_Snapshot):
+    name: str
+    namespace: str
+    resource_version: str
+    holder: str | None = Field(description="spec.holderIdentity, as written")
+    duration_s: int | None = Field(description="spec.leaseDurationSeconds")
+    renew_time: dt.datetime | None = Field(description="spec.renewTime")
+    transitions: int = Field(description="spec.leaseTransitions (0 when unset)")
+    body: dict[str, Any] = Field(description="the whole object, for a replace that keeps it")
 
 
 class NodeSnapshot(_Snapshot):

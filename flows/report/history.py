@@ -6,7 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from flows.kube.client import connect, mapped
+from flows.kube import read
+from flows.kube.client import connect
 from flows.ledger import HISTORY_ANNOTATION, history_entries
 from flows.report.prefect_runs import with_prefect_runs
 
@@ -16,18 +17,15 @@ def collect_history(
 ) -> list[dict[str, Any]]:
     kube = connect(kubeconfig)
     try:
-        with mapped(f"list Services in {namespace}"):
-            services = kube.core.list_namespaced_service(namespace).items
-        entries = [
-            entry
-            for svc in services
-            if service in (None, svc.metadata.name)
-            if HISTORY_ANNOTATION in (svc.metadata.annotations or {})
-            for entry in history_entries(
-                svc.metadata.annotations, where=f"Service {namespace}/{svc.metadata.name}"
-            )
-        ]
+        services = read.list_services(kube, namespace)
     finally:
         kube.close()
-    names = [s.metadata.name for s in services if service in (None, s.metadata.name)]
+    entries = [
+        entry
+        for svc in services
+        if service in (None, svc.name)
+        if HISTORY_ANNOTATION in svc.annotations
+        for entry in history_entries(svc.annotations, where=f"Service {namespace}/{svc.name}")
+    ]
+    names = [s.name for s in services if service in (None, s.name)]
     return with_prefect_runs(sorted(entries, key=lambda e: e.get("finished_at", "")), names)
