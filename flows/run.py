@@ -34,7 +34,7 @@ class HandoffRun:
     evidence: Evidence | None = None  # the gates' verdicts, failed ones too
     candidate_start_s: float | None = None  # scale to Ready, the first time it was waited
     downtime_measured_s: float | None = None  # in place: no endpoints, old stop to swap
-    on_progress: Callable[[float], None] | None = None  # told each step's share of the run
+    on_progress: Callable[[float], object] | None = None  # told each step's share of the run
     outage: OutageClock | None = None  # in place, from the old pods' stop to the swap
     notifier: Notifier | None = None  # the spec's notify.block
     spans: list[StepSpan] = field(default_factory=list)  # each step's start and length

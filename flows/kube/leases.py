@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from flows.kube.client import Kube, mapped
+from flows.kube.client import Kube, as_body, mapped
 from flows.kube.objects import LeaseSnapshot
 
 
@@ -18,24 +18,25 @@ def read_lease(
 ) -> LeaseSnapshot:
     """The Lease; NotFound when there is none."""
     with mapped(f"read Lease {namespace}/{name}"):
-        lease = kube.coordination.read_namespaced_lease(name, namespace, **_timeout(timeout_s))
-    spec = lease.spec
+        lease = kube.coordination.read_namespaced_lease(name, namespace, _request_timeout=timeout_s)
+    raw: dict[str, Any] = kube.api.sanitize_for_serialization(lease)
+    spec = raw.get("spec") or {}
     return LeaseSnapshot(
         name=name,
         namespace=namespace,
-        resource_version=lease.metadata.resource_version,
-        holder=spec.holder_identity,
-        duration_s=spec.lease_duration_seconds,
-        renew_time=spec.renew_time,
-        transitions=spec.lease_transitions or 0,
-        body=kube.api.sanitize_for_serialization(lease),
+        resource_version=raw["metadata"]["resourceVersion"],
+        holder=spec.get("holderIdentity"),
+        duration_s=spec.get("leaseDurationSeconds"),
+        renew_time=spec.get("renewTime"),
+        transitions=spec.get("leaseTransitions") or 0,
+        body=raw,
     )
 
 
 def create_lease(kube: Kube, namespace: str, body: dict[str, Any]) -> None:
     """Create the Lease; Conflict when one by that name exists."""
     with mapped(f"create Lease {namespace}/{body['metadata']['name']}"):
-        kube.coordination.create_namespaced_lease(namespace, body)
+        kube.coordination.create_namespaced_lease(namespace, as_body(body))
 
 
 def replace_lease(
@@ -49,16 +50,16 @@ def replace_lease(
     """Replace the Lease with body; Conflict when its resourceVersion is not the live one."""
     name = body["metadata"]["name"]
     with mapped(f"{action} Lease {namespace}/{name}"):
-        kube.coordination.replace_namespaced_lease(name, namespace, body, **_timeout(timeout_s))
+        kube.coordination.replace_namespaced_lease(
+            name, namespace, as_body(body), _request_timeout=timeout_s
+        )
 
 
 def delete_lease(kube: Kube, namespace: str, name: str, *, resource_version: str) -> None:
     """Delete the Lease if it is still at resource_version (else Conflict)."""
     with mapped(f"delete Lease {namespace}/{name}"):
         kube.coordination.delete_namespaced_lease(
-            name, namespace, body={"preconditions": {"resourceVersion": resource_version}}
+            name,
+            namespace,
+            body=as_body({"preconditions": {"resourceVersion": resource_version}}),
         )
-
-
-def _timeout(seconds: float | None) -> dict[str, float]:
-    return {} if seconds is None else {"_request_timeout": seconds}
