@@ -7,12 +7,16 @@ variable named by --secret-env, never from the command line (it would show in `p
 
 from __future__ import annotations
 
+import inspect
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+
+from flows.webhook.settings import LIMITS, RelaySettings
 
 app = typer.Typer(
     help="Relay forge merge webhooks (HMAC-checked) to Prefect events that start handoffs.",
@@ -26,7 +30,30 @@ def _default_state_dir() -> Path:
     return Path(base) / "handoff" / "webhook"
 
 
+def _with_limit_options(command: Callable[..., None]) -> Callable[..., None]:
+    """`command` with an option per limit of the relay (its `**limits`), each built from the
+    RelaySettings field: type, default and help declared once, there."""
+    signature = inspect.signature(command, eval_str=True)
+    given = [p for p in signature.parameters.values() if p.kind is not p.VAR_KEYWORD]
+    for name in LIMITS:
+        field = RelaySettings.model_fields[name]
+        flag = "--" + name.removesuffix("_s").replace("_", "-")
+        option = typer.Option(flag, help=field.description)
+        given.append(
+            inspect.Parameter(
+                name,
+                inspect.Parameter.KEYWORD_ONLY,
+                default=field.default,
+                annotation=Annotated[field.annotation, option],
+            )
+        )
+    # inspect.signature, and so typer, reads a function's __signature__ before its code.
+    vars(command)["__signature__"] = signature.replace(parameters=given)
+    return command
+
+
 @app.command()
+@_with_limit_options
 def serve(
     secret_env: Annotated[
         str, typer.Option("--secret-env", help="Environment variable holding the webhook secret.")
@@ -51,9 +78,6 @@ def serve(
             help="Replay log and git mirrors (default ~/.local/state/handoff/webhook).",
         ),
     ] = None,
-    max_body_bytes: Annotated[
-        int, typer.Option("--max-body-bytes", help="Larger bodies get 413.")
-    ] = 5 * 1024 * 1024,
     clone_url: Annotated[
         str | None,
         typer.Option(
@@ -70,47 +94,10 @@ def serve(
             "this host (repeatable; default: any host).",
         ),
     ] = None,
-    git_timeout: Annotated[
-        float, typer.Option("--git-timeout", help="Seconds for all the git work of a delivery.")
-    ] = 60.0,
-    max_mirrors: Annotated[
-        int, typer.Option("--max-mirrors", help="Git mirrors kept (least recently used go).")
-    ] = 4,
-    max_mirror_bytes: Annotated[
-        int, typer.Option("--max-mirror-bytes", help="Bytes all git mirrors may take.")
-    ] = 1024**3,
     prefect_api_url: Annotated[
         str | None,
         typer.Option("--prefect-api-url", help="Prefect API (default: $PREFECT_API_URL)."),
     ] = None,
-    prefect_timeout: Annotated[
-        float, typer.Option("--prefect-timeout", help="Seconds for Prefect to take the events.")
-    ] = 10.0,
-    max_deliveries: Annotated[
-        int, typer.Option("--max-deliveries", help="Deliveries processed at once; more: 503.")
-    ] = 4,
-    header_timeout: Annotated[
-        float, typer.Option("--header-timeout", help="Seconds to send a request's headers.")
-    ] = 10.0,
-    body_timeout: Annotated[
-        float, typer.Option("--body-timeout", help="Seconds to send a body; later: 408.")
-    ] = 30.0,
-    keep_alive: Annotated[
-        float, typer.Option("--keep-alive", help="Seconds an idle connection stays open.")
-    ] = 5.0,
-    max_connections: Annotated[
-        int, typer.Option("--max-connections", help="Open connections; more: 503.")
-    ] = 64,
-    max_buffered_bytes: Annotated[
-        int,
-        typer.Option("--max-buffered-bytes", help="Bytes of all bodies held at once; more: 503."),
-    ] = 20 * 1024 * 1024,
-    keep_days: Annotated[
-        float, typer.Option("--keep-days", help="Days a relayed delivery id is remembered.")
-    ] = 30.0,
-    max_records: Annotated[
-        int, typer.Option("--max-records", help="Delivery ids (and merges) remembered.")
-    ] = 10_000,
     insecure_prefect: Annotated[
         bool,
         typer.Option(
@@ -119,13 +106,13 @@ def serve(
             "(or cannot be asked): anyone who reaches it can then start handoffs.",
         ),
     ] = False,
+    **limits: Any,
 ) -> None:
     """Serve the relay until interrupted."""
     import logging
 
     from pydantic import ValidationError
 
-    from flows.webhook.app import RelaySettings
     from flows.webhook.server import serve as serve_relay
     from flows.webhook.specs import find_repo_root, index_specs
 
@@ -155,21 +142,9 @@ def serve(
             prefect_api_url=api.rstrip("/"),
             state_dir=(state_dir or _default_state_dir()).resolve(),
             branch=branch,
-            max_body_bytes=max_body_bytes,
             clone_url=clone_url,
             clone_hosts=frozenset(h.lower() for h in clone_host or ()),
-            git_timeout_s=git_timeout,
-            max_mirrors=max_mirrors,
-            max_mirror_bytes=max_mirror_bytes,
-            prefect_timeout_s=prefect_timeout,
-            max_deliveries=max_deliveries,
-            header_timeout_s=header_timeout,
-            body_timeout_s=body_timeout,
-            keep_alive_s=keep_alive,
-            max_connections=max_connections,
-            max_buffered_bytes=max_buffered_bytes,
-            keep_days=keep_days,
-            max_records=max_records,
+            **limits,
         )
     except ValidationError as exc:
         for error in exc.errors():

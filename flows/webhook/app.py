@@ -17,10 +17,9 @@ import datetime as dt
 import json
 import logging
 import time
-from pathlib import Path, PurePosixPath
+from pathlib import PurePosixPath
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
@@ -41,51 +40,13 @@ from flows.webhook.payload import (
     parse_merge,
     read_headers,
 )
+from flows.webhook.settings import RelaySettings
 from flows.webhook.signature import check_signature
 from flows.webhook.specs import HandoffTarget, SpecIndex, index_specs
 
 log = logging.getLogger("handoff.webhook")
-MAX_BODY_BYTES = 5 * 1024 * 1024
 MAX_HEADER_BYTES = 16 * 1024
 LOG_CHARS = 300  # a logged detail is clipped: payload values in it may be long
-
-
-class RelaySettings(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
-    secret: bytes
-    specs_dir: Path  # inside repo_root
-    repo_root: Path
-    prefect_api_url: str
-    state_dir: Path
-    branch: str | None = None  # None: each repository's default branch
-    max_body_bytes: int = MAX_BODY_BYTES
-    # where merges are fetched from: this URL, else the payload's on these hosts (none: any)
-    clone_url: str | None = None
-    clone_hosts: frozenset[str] = frozenset()
-    git_timeout_s: float = 60.0  # all the git work of one delivery
-    max_mirrors: int = 4
-    max_mirror_bytes: int = 1024 * 1024 * 1024
-    prefect_timeout_s: float = 10.0  # each phase of the call that emits the events
-    max_deliveries: int = Field(default=4, ge=1, le=32)  # processed at once; more: 503
-    # before the signature check (intake.py, server.py)
-    header_timeout_s: float = 10.0
-    body_timeout_s: float = 30.0
-    keep_alive_s: float = 5.0
-    max_connections: int = 64
-    max_buffered_bytes: int = 4 * MAX_BODY_BYTES  # 20 MiB
-    # the replay guard's records (deliveries.py)
-    keep_days: float = 30.0
-    max_records: int = 10_000
-
-    @model_validator(mode="after")
-    def _budget_holds_a_body(self) -> RelaySettings:
-        if self.max_buffered_bytes < self.max_body_bytes:
-            raise ValueError(
-                f"--max-buffered-bytes {self.max_buffered_bytes} is below --max-body-bytes "
-                f"{self.max_body_bytes}: no body could ever be taken; raise the first"
-            )
-        return self
 
 
 def _reply(
