@@ -24,7 +24,20 @@ UrlOption = Annotated[
     str, typer.Option("--url", help="candidate server, e.g. http://127.0.0.1:8080")
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="print the result as JSON")]
+BaselineOption = Annotated[str | None, typer.Option(help="live server to compare with")]
 EXIT_CODES = {True: 0, False: 1, None: 2}
+# The help of options too long to declare on one line.
+_HELP = {
+    "top_k": "near-tie rule: each token in the other's top-k [5]",
+    "near_tie_max_gap": "near-tie rule: each side preferred its token by ≤ this (nats) [0.7]",
+    "probe_rel_tol": "relative tolerance of probes [0.01]",
+    "require": "comparisons without which there is no verdict, comma-separated from "
+    "completions,chat,teacher_forced,probes,heads (default: all the golden holds)",
+    "parity_out": "write parity.json and parity.png (per prompt: first divergence, KL)",
+    "rounds": "most interleaved rounds per level (it stops once certain)",
+    "settings": "YAML/JSON LatencySettings; overrides the options",
+    "latency_out": "write latency.json and a CDF picture per level (latency-cN.png) here",
+}
 
 
 def _emit(result: GateResult, *, as_json: bool) -> None:
@@ -61,27 +74,11 @@ def parity(
     url: UrlOption,
     golden: Annotated[Path, typer.Option(help="golden file from `handoff golden record`")],
     model: Annotated[str | None, typer.Option(help="model id (default: the golden's)")] = None,
-    top_k: Annotated[
-        int | None, typer.Option(help="near-tie rule: each token in the other's top-k [5]")
-    ] = None,
-    near_tie_max_gap: Annotated[
-        float | None,
-        typer.Option(help="near-tie rule: each side preferred its token by ≤ this (nats) [0.7]"),
-    ] = None,
-    probe_rel_tol: Annotated[
-        float | None, typer.Option(help="relative tolerance of probes [0.01]")
-    ] = None,
-    require: Annotated[
-        str | None,
-        typer.Option(
-            help="comparisons without which there is no verdict, comma-separated from "
-            "completions,chat,teacher_forced,probes,heads (default: all the golden holds)"
-        ),
-    ] = None,
-    out: Annotated[
-        Path | None,
-        typer.Option(help="write parity.json and parity.png (per prompt: first divergence, KL)"),
-    ] = None,
+    top_k: Annotated[int | None, typer.Option(help=_HELP["top_k"])] = None,
+    near_tie_max_gap: Annotated[float | None, typer.Option(help=_HELP["near_tie_max_gap"])] = None,
+    probe_rel_tol: Annotated[float | None, typer.Option(help=_HELP["probe_rel_tol"])] = None,
+    require: Annotated[str | None, typer.Option(help=_HELP["require"])] = None,
+    out: Annotated[Path | None, typer.Option(help=_HELP["parity_out"])] = None,
     as_json: JsonOption = False,
 ) -> None:
     """Greedy answers, teacher-forced logprobs (and probes, heads if recorded) against a
@@ -118,20 +115,12 @@ def parity(
 @app.command()
 def latency(
     url: UrlOption,
-    baseline: Annotated[str | None, typer.Option(help="live server to compare with")] = None,
+    baseline: BaselineOption = None,
     levels: Annotated[str, typer.Option(help="comma-separated concurrency levels")] = "1,16",
     max_tokens: Annotated[int, typer.Option(help="output tokens per request")] = 32,
-    rounds: Annotated[
-        int | None,
-        typer.Option(help="most interleaved rounds per level (it stops once certain)"),
-    ] = None,
-    settings: Annotated[
-        Path | None, typer.Option(help="YAML/JSON LatencySettings; overrides the options")
-    ] = None,
-    out: Annotated[
-        Path | None,
-        typer.Option(help="write latency.json and a CDF picture per level (latency-cN.png) here"),
-    ] = None,
+    rounds: Annotated[int | None, typer.Option(help=_HELP["rounds"])] = None,
+    settings: Annotated[Path | None, typer.Option(help=_HELP["settings"])] = None,
+    out: Annotated[Path | None, typer.Option(help=_HELP["latency_out"])] = None,
     as_json: JsonOption = False,
 ) -> None:
     """Closed-loop load at each level; regressions against --baseline and SLOs fail."""
@@ -195,7 +184,7 @@ def _latency_settings(
 def task(
     url: UrlOption,
     suite: Annotated[Path, typer.Option(help="task suite (YAML): cases and their checkers")],
-    baseline: Annotated[str | None, typer.Option(help="live server to compare with")] = None,
+    baseline: BaselineOption = None,
     golden: Annotated[
         Path | None, typer.Option(help="scores from `handoff golden record --task-suite`")
     ] = None,

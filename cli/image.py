@@ -84,8 +84,9 @@ def check(
     """Check once whether IMAGE contains every --requires commit."""
     from flows.image import check_image
 
-    options = {"platform": platform, "git_cache": git_cache, "secret_block": secret_block}
-    requirement = _requirement(image, source, requires, **options)
+    requirement = _requirement(
+        image, source, requires, platform=platform, git_cache=git_cache, secret_block=secret_block
+    )
     _run(lambda: check_image(requirement), as_json=as_json)
 
 
