@@ -6,7 +6,7 @@ and what came back; the original exception is chained.
 
 from __future__ import annotations
 
-from typing import Any, Literal, overload
+from typing import Any
 
 import httpx
 
@@ -30,7 +30,10 @@ async def post_json_if_present(
     client: httpx.AsyncClient, path: str, body: dict[str, Any]
 ) -> dict[str, Any] | None:
     """Like `post_json`, but None when the server has no such endpoint (HTTP 404)."""
-    return await _call(client, "POST", path, body, missing_ok=True)
+    response = await _send(client, "POST", path, body)
+    if response.status_code == 404:
+        return None
+    return _payload(response, "POST", client.base_url.join(path))
 
 
 async def _send(
@@ -59,40 +62,14 @@ async def probe(
     return response.status_code, payload if isinstance(payload, dict) else None, response.headers
 
 
-@overload
 async def _call(
-    client: httpx.AsyncClient,
-    method: str,
-    path: str,
-    body: dict[str, Any] | None,
-    *,
-    missing_ok: Literal[False] = False,
-) -> dict[str, Any]: ...
+    client: httpx.AsyncClient, method: str, path: str, body: dict[str, Any] | None
+) -> dict[str, Any]:
+    return _payload(await _send(client, method, path, body), method, client.base_url.join(path))
 
 
-@overload
-async def _call(
-    client: httpx.AsyncClient,
-    method: str,
-    path: str,
-    body: dict[str, Any] | None,
-    *,
-    missing_ok: bool,
-) -> dict[str, Any] | None: ...
-
-
-async def _call(
-    client: httpx.AsyncClient,
-    method: str,
-    path: str,
-    body: dict[str, Any] | None,
-    *,
-    missing_ok: bool = False,
-) -> dict[str, Any] | None:
-    response = await _send(client, method, path, body)
-    url = client.base_url.join(path)
-    if response.status_code == 404 and missing_ok:
-        return None
+def _payload(response: httpx.Response, method: str, url: httpx.URL) -> dict[str, Any]:
+    """The JSON object of a 200 answer; anything else is a ServerError naming the call."""
     if response.status_code != 200:
         raise ServerError(
             f"{method} {url} answered HTTP {response.status_code}, expected 200: "
