@@ -148,9 +148,10 @@ def make_plan(kube: Kube, spec: HandoffSpec) -> Plan:
     )
     return Plan(
         spec_name=spec.name,
-        namespace=spec.namespace,
         service=service,
+        namespace=spec.namespace,
         current=current,
+        capacity_wait_s=spec.candidate.capacity_wait_s,
         candidate=candidate,
         gpu=gpu,
         gpus_per_pod=per_pod,
@@ -158,7 +159,6 @@ def make_plan(kube: Kube, spec: HandoffSpec) -> Plan:
         downtime=_declare_downtime(kube, spec, manifest, current, ns_pods)
         if decision.strategy is Strategy.IN_PLACE
         else None,
-        capacity_wait_s=spec.candidate.capacity_wait_s,
         pin_live_selector=pin,
         dry_runs=dry_run(
             planned_writes(
