@@ -15,7 +15,7 @@ from flows.report.timeline import ReadyEndpoints, StepSpan
 from flows.spec import HandoffSpec
 
 if TYPE_CHECKING:
-    from flows.gating import Evidence
+    from flows.evidence import Evidence
     from flows.image import PinnedImage
     from flows.report.notify import Notifier
 

@@ -19,6 +19,7 @@ from prefect.cache_policies import NO_CACHE
 from flows import apply, approve, drift, gating, image, outage, rollback, scale, swap, warm
 from flows.capacity import Strategy
 from flows.errors import HandoffError
+from flows.evidence import Evidence
 from flows.image import ImageRequirement, PinnedImage
 from flows.lease import LeaseLost
 from flows.ledger import Phase
@@ -156,7 +157,7 @@ def warm_up(run: HandoffRun) -> tuple[str, ...]:
 
 
 @step("gates")
-def run_gates(run: HandoffRun, pods: tuple[str, ...]) -> gating.Evidence:
+def run_gates(run: HandoffRun, pods: tuple[str, ...]) -> Evidence:
     try:
         return gating.run_gates(run, pods)
     finally:  # failed gates too: their pictures show why
@@ -165,7 +166,7 @@ def run_gates(run: HandoffRun, pods: tuple[str, ...]) -> gating.Evidence:
 
 
 @step("approve")
-def approve_gates(run: HandoffRun, evidence: gating.Evidence, *, auto: bool) -> None:
+def approve_gates(run: HandoffRun, evidence: Evidence, *, auto: bool) -> None:
     """Side by side, a person approves the evidence. In place the gates decided under
     the policy approved before the outage, unless the spec asks for a look during it:
     then the wait is bounded by approval.outage_timeout_s and expiry rolls back."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from flows.capacity import Strategy
-from flows.gating import Evidence
+from flows.evidence import Evidence
 from flows.plan import Plan
 from flows.report.record import HandoffRecord
 from flows.spec import HandoffSpec

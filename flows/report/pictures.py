@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 from prefect.artifacts import create_markdown_artifact
 
-from flows.gating import GateSummary
+from flows.evidence import GateSummary
 from flows.report.timeline import Timeline
 from flows.report.timeline_plot import timeline_markdown
 from gates.latency_plot import pictures_markdown

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import re
 
-from flows.gating import Evidence, _summary
+from flows.evidence import Evidence
+from flows.gating import _summary
 from flows.report.markdown import record_markdown
 from flows.report.record import HandoffRecord
 from gates import shown

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from prefect import flow
 
-from flows.gating import GateSummary
+from flows.evidence import GateSummary
 from flows.report.pictures import publish_pictures, publish_timeline
 from flows.report.timeline import StepSpan, Timeline
 from gates.golden_format import Golden
