@@ -93,30 +93,27 @@ def prefect_restarted(scene: Scene) -> None:
     prefect_server.wait_healthy(components[index], api)
 
 
-def scale_live(scene: Scene) -> Kept:
-    """A person adds a replica to the live Deployment (kubectl scale)."""
+def _scale_by_person(scene: Scene, name: str) -> Kept:
+    """A person adds a replica to Deployment `name` (kubectl scale)."""
     apps, ns = scene.kube.apps, scene.namespace
-    wanted = apps.read_namespaced_deployment(LIVE, ns).spec.replicas + 1
-    apps.patch_namespaced_deployment_scale(LIVE, ns, {"spec": {"replicas": wanted}})
+    wanted = apps.read_namespaced_deployment(name, ns).spec.replicas + 1
+    apps.patch_namespaced_deployment_scale(name, ns, {"spec": {"replicas": wanted}})
 
     def kept() -> None:
-        found = apps.read_namespaced_deployment(LIVE, ns).spec.replicas
-        assert found == wanted, f"the person's {wanted} replicas of {LIVE} became {found}"
+        found = apps.read_namespaced_deployment(name, ns).spec.replicas
+        assert found == wanted, f"the person's {wanted} replicas of {name} became {found}"
 
     return kept
+
+
+def scale_live(scene: Scene) -> Kept:
+    """A person adds a replica to the live Deployment."""
+    return _scale_by_person(scene, LIVE)
 
 
 def scale_candidate(scene: Scene) -> Kept:
-    """A person adds a replica to the candidate while it is gated (kubectl scale)."""
-    apps, ns = scene.kube.apps, scene.namespace
-    wanted = apps.read_namespaced_deployment(CANDIDATE, ns).spec.replicas + 1
-    apps.patch_namespaced_deployment_scale(CANDIDATE, ns, {"spec": {"replicas": wanted}})
-
-    def kept() -> None:
-        found = apps.read_namespaced_deployment(CANDIDATE, ns).spec.replicas
-        assert found == wanted, f"the person's {wanted} replicas of {CANDIDATE} became {found}"
-
-    return kept
+    """A person adds a replica to the candidate while it is gated."""
+    return _scale_by_person(scene, CANDIDATE)
 
 
 def edit_selector(scene: Scene) -> Kept:
