@@ -170,7 +170,8 @@ def test_the_flow_service_account_cannot_read_secrets_or_leave_its_namespace(
     refusals = {
         "list Secrets": lambda: core.list_namespaced_secret(seeded),
         "read its own token Secret": lambda: core.read_namespaced_secret("handoff-token", seeded),
-        "read ServiceAccounts": lambda: core.read_namespaced_service_account("handoff", seeded),
+        # Only `get` by name: warm-up reads the one its pods need (is it missing yet?).
+        "list ServiceAccounts": lambda: core.list_namespaced_service_account(seeded),
         "delete the Service": lambda: core.delete_namespaced_service("coder-predictor", seeded),
         "create a Service": lambda: core.create_namespaced_service(
             seeded, {"metadata": {"name": "x"}, "spec": {"ports": [{"port": 80}]}}
