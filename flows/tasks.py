@@ -215,9 +215,10 @@ def _end_outage(run: HandoffRun) -> None:
 def scale_up_and_retire(run: HandoffRun) -> None:
     """Scale-up first unless the target only fits once the old workload is gone. Then
     the old workloads go to 0 first and the ledger still reads scaled, then retired: the
-    retirement is recorded (setting the same replica counts again) after the scale-up."""
+    retirement is recorded after the scale-up (a rerun before that retires again, which
+    only sets the same replica counts)."""
     order = (
-        (partial(scale.retire, record=False), scale.scale_up, scale.retire)
+        (partial(scale.retire, record=False), scale.scale_up, _record_retired)
         if run.plan.decision.scale_after_retire
         else (scale.scale_up, scale.retire)
     )
@@ -225,6 +226,10 @@ def scale_up_and_retire(run: HandoffRun) -> None:
         drift.check(run)  # the scale-up waits: look again before the next write
         do(run)
     run.advance(Phase.DONE)
+
+
+def _record_retired(run: HandoffRun) -> None:
+    run.advance(Phase.RETIRED)
 
 
 @step("rollback", forward=False)  # the way out of the outage is never cut short
