@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hashlib
 from collections.abc import Coroutine
 from typing import Any
@@ -72,14 +73,11 @@ class _Live:
         self, run: HandoffRun, stack: contextlib.ExitStack[bool | None], forwards: list[Forward]
     ) -> None:
         self.run, self.stack, self.forwards = run, stack, forwards
-        self._looked = False
-        self._pod: PodIdentity | None = None
         self._url: str | None = None
 
+    @functools.cached_property
     def pod(self) -> PodIdentity | None:
-        if not self._looked:
-            self._pod, self._looked = _baseline(self.run), True
-        return self._pod
+        return _baseline(self.run)
 
     def url(self, pod: PodIdentity) -> str:
         if self._url is None:
@@ -168,7 +166,7 @@ def _task(run: HandoffRun, candidate_url: str, live: _Live, bounded: bool) -> Ga
     except GateError as exc:
         return _no_verdict("task", f"no verdict: {exc}")
     rule = TaskRule(margin=spec.margin, floor=spec.floor)
-    baseline = live.pod()
+    baseline = live.pod
     if baseline is None:
         if golden is None:
             return _no_verdict(
@@ -196,7 +194,7 @@ def _latency(
     budget = run.spec.gates.latency_budget_s
     model, ns = run.spec.gates.model_id, run.spec.namespace
     candidate = identify_pod(run.kube, ns, candidate_pod, run.spec.candidate.port)
-    baseline = live.pod()
+    baseline = live.pod
     if baseline is None:
         gate = run_latency_async(candidate_url, None, settings, candidate_model=model)
         return _within(run, "latency", budget, gate, bounded, candidate=candidate)
