@@ -68,6 +68,7 @@ class Sighting(BaseModel):
     revision: str | None = None
     accepted: bool
     reason: str
+    unavailable: bool = False  # the registry did not answer, or answered 429/5xx
 
 
 class PinnedImage(BaseModel):
@@ -165,7 +166,7 @@ def _poll(
             verdicts[digest] = Sighting(digest=digest, accepted=False, reason=str(exc))
             return verdicts[digest], None
     except RegistryUnavailable as exc:
-        return Sighting(digest=None, accepted=False, reason=str(exc)), None
+        return Sighting(digest=None, accepted=False, reason=str(exc), unavailable=True), None
     return _judge(requirement, repo, info, verdicts)
 
 
@@ -214,10 +215,22 @@ def _not_ready(
 ) -> ImageNotReady:
     deadline = deadline_at.replace(microsecond=0)
     lines = [f"  {s.digest or '(no digest)'}: {s.reason}" for s in seen] or ["  (none)"]
+    within = (
+        f"within {timedelta(seconds=requirement.timeout_s)} (deadline passed at "
+        f"{deadline.isoformat()})"
+    )
+    if seen and seen[-1].unavailable:  # the last look failed: the registry is the cause
+        return ImageNotReady(
+            f"registry {requirement.image.registry} was unavailable when the wait for image "
+            f"{requirement.image} ended {within}: it did not answer or answered with an "
+            f"error; seen:\n" + "\n".join(lines) + "\nNothing was applied. Check that the "
+            "registry is up and reachable from here; once the registry answers, run the "
+            "handoff again (or raise image.timeout_s to wait through such outages).",
+            seen=tuple(seen),
+        )
     return ImageNotReady(
         f"no image {requirement.image} containing {', '.join(requirement.requires) or 'any'} "
-        f"appeared within {timedelta(seconds=requirement.timeout_s)} (deadline passed at "
-        f"{deadline.isoformat()}); seen:\n" + "\n".join(lines) + "\nPublish an image built "
+        f"appeared {within}; seen:\n" + "\n".join(lines) + "\nPublish an image built "
         "after the fix (or raise the timeout) and run the step again.",
         seen=tuple(seen),
     )

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator
 
 import git
 import pytest
@@ -19,6 +20,7 @@ from ociclient.client import LABEL_REVISION, RegistryClient
 from sandbox import procs
 from sandbox.publisher import build_image, publish, push_image
 from sandbox.registry import Registry
+from sandbox.registry_front import Mode, RegistryFront
 from sandbox.srcrepo import SourceRepo, cherry_pick
 from tests.image.conftest import TAG, MakeRequirement
 
@@ -151,3 +153,56 @@ def test_unreachable_registry_is_retried_until_the_deadline(
                                    timeout_s=1.0, poll_interval_s=0.3)  # fmt: skip
     with pytest.raises(ImageNotReady, match=r"did not answer HEAD"):
         wait_for_image(requirement)
+
+
+@pytest.fixture
+def front(registry: Registry) -> Iterator[RegistryFront]:
+    with RegistryFront(registry.host) as started:
+        yield started
+
+
+@pytest.mark.parametrize("mode", ["unavailable", "hang"])
+def test_registry_unavailable_until_the_deadline_is_named_as_the_cause(
+    make_requirement: MakeRequirement, repository: str, front: RegistryFront, mode: Mode
+) -> None:
+    """A registry answering 503, or not answering at all, until the wait's deadline:
+    the error says the registry was unavailable, names it and the image, and says what
+    to do; it does not tell the user to publish an image."""
+    front.switch(mode)
+    requirement = make_requirement(repo=f"{front.host}/{repository}", timeout_s=1.0)
+    with pytest.raises(ImageNotReady) as caught:
+        wait_for_image(requirement)
+    message = str(caught.value)
+    assert f"registry {front.host} was unavailable" in message, message
+    assert f"{front.host}/{repository}:{TAG}" in message, message
+    assert ("registry error 503" if mode == "unavailable" else "did not answer") in message
+    assert "Publish an image" not in message, message
+    assert "once the registry answers" in message, message
+    assert front.answered_503 if mode == "unavailable" else front.held
+
+
+def test_registry_recovering_within_the_wait_lets_it_pin(
+    registry: Registry,
+    repository: str,
+    source: SourceRepo,
+    make_requirement: MakeRequirement,
+    front: RegistryFront,
+) -> None:
+    """503s, then a registry that answers again before the deadline: the wait goes on
+    and pins the image published meanwhile."""
+    front.switch("unavailable")
+    requirement = make_requirement(repo=f"{front.host}/{repository}", poll_interval_s=0.5)
+    seen: list[Sighting] = []
+
+    def recover() -> None:
+        time.sleep(2.0)
+        _publish(registry, repository, source, source.commits["fix"])
+        front.switch("pass")
+
+    healer = threading.Thread(target=recover)
+    healer.start()
+    pinned = wait_for_image(requirement, on_seen=seen.append)
+    healer.join()
+    assert front.answered_503 > 0
+    assert seen[0].digest is None and "503" in seen[0].reason, seen
+    assert pinned.revision == source.commits["fix"]
