@@ -28,7 +28,10 @@ def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SandboxState]:
 
     from sandbox import manager
 
-    run_dir = Path(os.environ.get("HANDOFF_TEST_SANDBOX_DIR") or tmp_path_factory.mktemp("sandbox"))
+    chosen = os.environ.get("HANDOFF_TEST_SANDBOX_DIR")
+    # Each pytest-xdist worker brings up a sandbox of its own.
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    run_dir = Path(chosen) / worker if chosen else tmp_path_factory.mktemp("sandbox")
     state, _ = manager.up(run_dir, cluster_file=_test_cluster_file(run_dir.parent))
     api = config.new_client_from_config(config_file=str(state.kubeconfig))
     set_cordoned(api, SPARE_NODE, True)
