@@ -4,7 +4,10 @@ Observes, through watches, first the candidate's ReplicaSet until its pods exist
 (`decide_created`: failed at once when admission refuses them, e.g. a ResourceQuota,
 LimitRange or pod security rejection, seen as the ReplicaSet's ReplicaFailure), then
 its pods (`decide_warm`): Ready when enough pods are Ready, failed at once on
-CrashLoopBackOff, a crash, ImagePullBackOff or Unschedulable, else keep watching.
+CrashLoopBackOff, a crash, ImagePullBackOff, Unschedulable or a pod on a node the node
+controller marked NotReady (its kubelet silent past the grace period: the pod cannot
+become Ready there until the node is back), else keep watching. Nodes are looked at on
+every pod event and at least every NODE_LOOK_S.
 With `candidate.capacity_wait_s` set, Unschedulable pods first get that long to be
 scheduled (`decide_scheduled`), for autoscalers that add nodes for pending pods.
 Ready also means answering: the smoke gate runs against every ready pod through a
@@ -15,7 +18,7 @@ the same state.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from flows.errors import PermanentError
@@ -30,6 +33,7 @@ from flows.render import compute_startup_allowance
 from flows.run import HandoffRun
 from gates.smoke import run_smoke
 
+NODE_LOOK_S = 5.0  # a node going NotReady changes no pod: look at the nodes this often
 FAIL_FAST = frozenset(
     {
         "CrashLoopBackOff",
@@ -82,12 +86,25 @@ def decide_scheduled(pods: list[PodSnapshot], want: int) -> WarmVerdict | None:
     return WarmVerdict() if sum(p.node is not None for p in live) >= want else None
 
 
-def decide_warm(pods: list[PodSnapshot], want: int) -> WarmVerdict | None:
-    """Ready, failing (with the reason), or None to keep waiting."""
+def decide_warm(
+    pods: list[PodSnapshot], want: int, not_ready_nodes: Mapping[str, str] | None = None
+) -> WarmVerdict | None:
+    """Ready, failing (with the reason), or None to keep waiting. `not_ready_nodes`: the
+    nodes whose Ready condition is not True, each with that condition in words."""
     live = [p for p in pods if not p.terminating]
     failed = _failure(live, unschedulable_fails=True)
     if failed is not None:
         return failed
+    for pod in live:
+        condition = (not_ready_nodes or {}).get(pod.node or "")
+        if condition is not None:
+            return WarmVerdict(
+                failure=f"pod {pod.name} is on node {pod.node}, which is NotReady (Ready "
+                f"{condition}); its pods cannot become Ready there until the node is back. "
+                f"Check the node (kubectl describe node {pod.node}), then run the handoff "
+                "again",
+                pod=pod.name,
+            )
     ready = sorted(p.name for p in live if p.ready)
     return WarmVerdict(ready=tuple(ready[:want])) if len(ready) >= want else None
 
@@ -132,7 +149,11 @@ def wait_candidate_ready(run: HandoffRun, replicas: int) -> tuple[str, ...]:
     if spec.candidate.capacity_wait_s > 0:
         _wait_for_capacity(run, replicas)
     verdict = _follow_candidate(
-        run, lambda pods: decide_warm(pods, replicas), deadline, f"{replicas} Ready pod(s)"
+        run,
+        lambda pods: decide_warm(pods, replicas, _not_ready_nodes(run.kube, pods)),
+        deadline,
+        f"{replicas} Ready pod(s)",
+        look_s=NODE_LOOK_S,
     )
     if run.candidate_start_s is None:  # the warm-up's, not the scale-up's
         run.candidate_start_s = round(time.monotonic() - started, 2)
@@ -191,22 +212,40 @@ def _wait_for_capacity(run: HandoffRun, replicas: int) -> None:
         ) from None
 
 
+def _not_ready_nodes(kube: Kube, pods: list[PodSnapshot]) -> dict[str, str]:
+    """The NotReady nodes among those `pods` are bound to, with their Ready condition."""
+    if not any(p.node for p in pods):
+        return {}
+    return {n.name: n.condition for n in read.list_nodes(kube) if not n.ready}
+
+
 def _follow_candidate(
     run: HandoffRun,
     decide: Callable[[list[PodSnapshot]], WarmVerdict | None],
     wait_s: float,
     what: str,
+    *,
+    look_s: float | None = None,
 ) -> WarmVerdict:
     """Follow the candidate's pods until `decide` has a verdict; one that fails raises
-    CandidateFailed with the failing pod's events and last log lines."""
-    verdict = wait_pods(
-        run.kube,
-        run.spec.namespace,
-        candidate_selector(run),
-        decide=decide,
-        deadline_s=run.limit(wait_s),
-        what=f"{what} of {run.candidate_name}",
-    )
+    CandidateFailed with the failing pod's events and last log lines. With `look_s`,
+    `decide` is also asked at least that often (it looks at more than the pods)."""
+    deadline = time.monotonic() + run.limit(wait_s)
+    while True:
+        left = deadline - time.monotonic()
+        try:
+            verdict = wait_pods(
+                run.kube,
+                run.spec.namespace,
+                candidate_selector(run),
+                decide=decide,
+                deadline_s=max(0.0, left if look_s is None else min(left, look_s)),
+                what=f"{what} of {run.candidate_name}",
+            )
+            break
+        except WaitTimedOut:
+            if look_s is None or left <= look_s:
+                raise
     if verdict.failure:
         raise CandidateFailed(verdict.failure, _evidence(run, verdict.pod))
     return verdict

@@ -109,6 +109,7 @@ class NodeSnapshot(_Snapshot):
     ready: bool
     schedulable: bool
     gpus_allocatable: int
+    condition: str = Field("", description="the Ready condition in words, e.g. for a report")
 
 
 class EndpointsSnapshot(_Snapshot):

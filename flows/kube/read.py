@@ -218,18 +218,29 @@ def list_nodes(kube: Kube) -> list[NodeSnapshot]:
     nodes = []
     for item in raw["items"]:
         status = item.get("status") or {}
-        ready = any(
-            c["type"] == "Ready" and c["status"] == "True" for c in status.get("conditions") or []
-        )
+        found = [c for c in status.get("conditions") or [] if c["type"] == "Ready"]
+        ready = bool(found) and found[0]["status"] == "True"
         nodes.append(
             NodeSnapshot(
                 name=item["metadata"]["name"],
                 ready=ready,
+                condition=_condition_words(found[0]) if found else "condition missing",
                 schedulable=not (item.get("spec") or {}).get("unschedulable", False),
                 gpus_allocatable=int((status.get("allocatable") or {}).get("nvidia.com/gpu", 0)),
             )
         )
     return nodes
+
+
+def _condition_words(condition: dict[str, Any]) -> str:
+    """e.g. "Unknown (NodeStatusUnknown: Kubelet stopped posting node status.) since T"."""
+    detail = ": ".join(str(condition[k]) for k in ("reason", "message") if condition.get(k))
+    since = condition.get("lastTransitionTime")
+    return (
+        str(condition["status"])
+        + (f" ({detail})" if detail else "")
+        + (f" since {since}" if since else "")
+    )
 
 
 def read_endpoints(kube: Kube, namespace: str, service: str) -> EndpointsSnapshot:

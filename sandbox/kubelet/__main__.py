@@ -17,6 +17,7 @@ import signal
 import sys
 import threading
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 
 from kubernetes import config
@@ -29,6 +30,7 @@ from sandbox.kubelet.images import ImageStore
 from sandbox.kubelet.ipam import IpPool
 from sandbox.kubelet.launch import ready_file
 from sandbox.kubelet.nodes import NodeHeartbeat, ensure_runtime_class, register_node
+from sandbox.kubelet.partition import is_partitioned
 from sandbox.kubelet.pods import PodManager, watch_node_pods
 from sandbox.kubelet.runtime import PodTable
 from sandbox.kubelet.spawner import Spawner, kill_leftovers
@@ -76,7 +78,8 @@ def run(args: argparse.Namespace, stop: threading.Event) -> None:
     for node in ctx.cluster.nodes:
         register_node(ctx.api, node, server.port)
     names = [node.name for node in ctx.cluster.nodes]
-    heartbeat = NodeHeartbeat(ctx.api, names).start()
+    cut_off = partial(is_partitioned, run_dir / "kubelet")
+    heartbeat = NodeHeartbeat(ctx.api, names, cut_off=cut_off).start()
     manager = PodManager(ctx)
     for name in names:
         watch = threading.Thread(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from kubernetes import client
@@ -141,9 +142,15 @@ class NodeHeartbeat:
     """A daemon thread that heartbeats the given nodes until stopped."""
 
     def __init__(
-        self, api: client.ApiClient, node_names: list[str], interval_s: float = HEARTBEAT_S
+        self,
+        api: client.ApiClient,
+        node_names: list[str],
+        interval_s: float = HEARTBEAT_S,
+        *,
+        cut_off: Callable[[str], bool] = lambda _: False,
     ):
         self._api, self._names, self._interval = api, node_names, interval_s
+        self._cut_off = cut_off  # a node cut off from the API server gets no heartbeat
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="node-heartbeat", daemon=True)
         self.errors: list[str] = []
@@ -159,6 +166,8 @@ class NodeHeartbeat:
     def _run(self) -> None:
         while not self._stop.wait(self._interval):
             for name in self._names:
+                if self._cut_off(name):
+                    continue
                 try:
                     heartbeat(self._api, name)
                 except Exception as exc:  # keep beating; a missed beat is retried next round

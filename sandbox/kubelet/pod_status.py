@@ -16,6 +16,7 @@ from kubernetes.client import V1Pod
 from kubernetes.client.exceptions import ApiException
 
 from sandbox.kubelet.context import NodeContext
+from sandbox.kubelet.partition import is_partitioned
 from sandbox.kubelet.status import (
     Conditions,
     Status,
@@ -38,6 +39,7 @@ class PodStatusWriter:
     def __init__(self, ctx: NodeContext, pod: V1Pod, *, pod_ip: str) -> None:
         status = pod.status or client.V1PodStatus()
         self._core = client.CoreV1Api(ctx.api)
+        self._kubelet_dir = ctx.pods_dir.parent
         self._pod_ip = pod_ip
         self.terminal = status.phase in ("Succeeded", "Failed")
         self._conditions = Conditions(
@@ -71,6 +73,9 @@ class PodStatusWriter:
                 "containerStatuses": statuses,
             }
         }
+        if is_partitioned(self._kubelet_dir, pod.spec.node_name):
+            self._last = None  # posted afresh once the node is back, as a status manager does
+            return True
         if body == self._last:
             return True
         name, namespace = pod.metadata.name, pod.metadata.namespace

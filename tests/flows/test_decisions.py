@@ -224,6 +224,19 @@ def test_warm_verdict(
         assert verdict.failure is not None and failure in verdict.failure
 
 
+@pytest.mark.parametrize("ready", [False, True])
+def test_warm_verdict_fails_a_pod_on_a_not_ready_node(ready: bool) -> None:
+    """Once the node controller has marked a candidate pod's node NotReady, the pod cannot
+    become (or stay) Ready there: a failure naming the node and its condition."""
+    lost = {"worker-2": "Unknown (NodeStatusUnknown: Kubelet stopped posting node status.)"}
+    verdict = decide_warm([pod("a", node="worker-2", ready=ready)], 1, lost)
+    assert verdict is not None and verdict.failure is not None and verdict.pod == "a"
+    assert "pod a is on node worker-2, which is NotReady" in verdict.failure, verdict.failure
+    assert "NodeStatusUnknown" in verdict.failure, verdict.failure
+    assert decide_warm([pod("a", node="worker-1")], 1, lost) is None
+    assert decide_warm([pod("a", node="worker-2", terminating=True)], 1, lost) is None
+
+
 @pytest.mark.parametrize(
     ("old", "new", "patch"),
     [
