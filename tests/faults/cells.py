@@ -99,6 +99,38 @@ CELLS: list[Cell] = [
         )
         for step in ("gates", "approval wait", "swap")
     ),
+    # The registry answers 503 for 6 s, then leaves requests hanging past the client's
+    # timeout (tests/faults/faults.py); the tag is published once it answers again.
+    Cell(
+        "registry 503/timeouts, recovering",
+        "image wait",
+        faults.registry_unavailable_recovering,
+        frozenset({DONE}),
+        registry_front=True,
+    ),
+    # Still failing when the (short) image timeout passes: the run stops before applying
+    # anything, naming the registry; the rerun, with the registry back, is done.
+    Cell(
+        "registry 503/timeouts past the image timeout",
+        "image wait",
+        faults.registry_unavailable_past_timeout,
+        frozenset({STOPPED}),
+        cause="was unavailable when the wait for image",
+        registry_front=True,
+        image_timeout_s=30.0,
+    ),
+    # The candidate's GPU node loses its kubelet during the warm-up. A loss shorter than
+    # the node controller's grace period (40 s) is never seen: the warm-up waits on. Once
+    # the node is NotReady the candidate cannot become Ready there until it is back, so
+    # the warm-up stops at once (not at its ten-minute startup allowance) naming the node,
+    # and rolls back; the rerun, with the node back, is done.
+    Cell(
+        "candidate's GPU node NotReady",
+        "warm",
+        faults.candidate_node_lost,
+        frozenset({ROLLED_BACK}),
+        cause="which is NotReady",
+    ),
 ]
 
 # Run by default (a few minutes together): a person's edit during the long image wait

@@ -17,6 +17,8 @@ from typing import Any
 
 from flows.kube.client import Kube
 from sandbox import controlplane, prefect_server, procs
+from sandbox.kubelet.partition import set_partitioned
+from sandbox.registry_front import RegistryFront
 from sandbox.state import SandboxState, write_state
 
 LIVE, CANDIDATE, SERVICE = "clef-serve", "clef-candle", "clef-serve"
@@ -30,6 +32,7 @@ class Scene:
     kube: Kube
     namespace: str
     process: subprocess.Popen[str]
+    front: RegistryFront | None = None  # the registry as the run reaches it, if fronted
 
 
 # A fault may return a check that its effect is still there once the run has ended:
@@ -147,3 +150,97 @@ def kill_candidate_pod(scene: Scene) -> None:
         scene.kube.core.delete_namespaced_pod(
             pod.metadata.name, scene.namespace, grace_period_seconds=0
         )
+
+
+def _front(scene: Scene) -> RegistryFront:
+    assert scene.front is not None, "a registry fault needs the cell's registry_front"
+    return scene.front
+
+
+def _registry_was_faulty(front: RegistryFront) -> Kept:
+    """The run met both faults: 503s, and requests left hanging."""
+
+    def kept() -> None:
+        assert front.answered_503 > 0 and front.held > 0, (front.answered_503, front.held)
+
+    return kept
+
+
+# A hang outlasts the registry client's 10 s request timeout, so the run meets a timeout.
+REGISTRY_503_S, REGISTRY_HANG_S = 6.0, 14.0
+
+
+def registry_unavailable_recovering(scene: Scene) -> Kept:
+    """The registry answers 503, then not at all, then recovers within the image wait."""
+    front = _front(scene)
+    front.switch("unavailable")
+    time.sleep(REGISTRY_503_S)
+    front.switch("hang")
+    time.sleep(REGISTRY_HANG_S)
+    front.switch("pass")
+    return _registry_was_faulty(front)
+
+
+def registry_unavailable_past_timeout(scene: Scene) -> Kept:
+    """The registry answers 503, then not at all, until the run has given up waiting
+    (its image timeout is short); it recovers afterwards, before the rerun."""
+    front = _front(scene)
+    front.switch("unavailable")
+    time.sleep(REGISTRY_503_S)
+    front.switch("hang")
+    try:
+        scene.process.wait(timeout=300)
+    finally:
+        front.switch("pass")
+    candidate = [
+        d.metadata.name
+        for d in scene.kube.apps.list_namespaced_deployment(scene.namespace).items
+        if d.metadata.name == CANDIDATE
+    ]
+    assert not candidate, f"{CANDIDATE} was applied although the image was never seen"
+    return _registry_was_faulty(front)
+
+
+def _bound_candidate_pod(scene: Scene, timeout_s: float = 120) -> tuple[str, str]:
+    """(pod, node) as soon as the scheduler has bound the candidate's pod."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        pods = scene.kube.core.list_namespaced_pod(
+            scene.namespace, label_selector=f"app={CANDIDATE}"
+        ).items
+        bound = [p for p in pods if p.spec.node_name]
+        if bound:
+            return bound[0].metadata.name, bound[0].spec.node_name
+        assert scene.process.poll() is None, "the run ended before the candidate was bound"
+        time.sleep(0.05)
+    raise AssertionError(f"no pod of {CANDIDATE} was bound within {timeout_s} s")
+
+
+def _node_ready(scene: Scene, node: str) -> bool:
+    conditions = scene.kube.core.read_node(node).status.conditions or []
+    return any(c.type == "Ready" and c.status == "True" for c in conditions)
+
+
+def candidate_node_lost(scene: Scene) -> None:
+    """The GPU node the candidate's pod was just bound to loses its kubelet (no heartbeat,
+    no pod status: sandbox/kubelet/partition.py) until the run has ended; the node
+    controller marks it NotReady after its grace period. Back and Ready before the rerun."""
+    pod, node = _bound_candidate_pod(scene)
+    core, ns = scene.kube.core, scene.namespace
+    live = {
+        p.spec.node_name for p in core.list_namespaced_pod(ns, label_selector=f"app={LIVE}").items
+    }
+    assert node not in live, f"{pod} shares node {node} with the live pods: not this cell's case"
+    kubelet_dir = scene.sandbox.run_dir / "kubelet"
+    set_partitioned(kubelet_dir, node, True)
+    try:
+        status = core.read_namespaced_pod_status(pod, ns).status
+        ready = [c.status for c in status.conditions or [] if c.type == "Ready"]
+        assert ready != ["True"], f"{pod} was Ready before its node was cut off: too late"
+        scene.process.wait(timeout=300)
+    finally:
+        set_partitioned(kubelet_dir, node, False)
+    deadline = time.monotonic() + 60
+    while not _node_ready(scene, node):
+        assert time.monotonic() < deadline, f"node {node} not Ready 60 s after it was healed"
+        time.sleep(0.5)

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import time
 import uuid
-from dataclasses import dataclass, field
+from contextlib import nullcontext
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ from flows.kube.client import Kube
 from flows.ledger import history_entries, parse_ledger
 from sandbox.proxy import address_of
 from sandbox.publisher import publish
+from sandbox.registry_front import RegistryFront
 from sandbox.seed import CLIENT_API, ORG, World
 from sandbox.state import SandboxState
 from sandbox.traffic import ClientLoad
@@ -48,6 +50,8 @@ class Cell:
     rerun: str = DONE  # what a rerun of the same spec converges to
     clients_may_fail: bool = False  # the fault itself takes the Service from clients
     service_gone: bool = False
+    registry_front: bool = False  # the spec's images come through a RegistryFront
+    image_timeout_s: float | None = None  # the spec's image.timeout_s, where it matters
 
     @property
     def key(self) -> str:
@@ -92,6 +96,8 @@ def _spec(stage: Stage, cell: Cell) -> Path:
     changes: dict[str, Any] = {"gates": {"latency": {"levels": [1]}}}
     if cell.step == "image wait":  # a tag CI has not published yet: the run waits for it
         changes["image"] = {"tag": f"sm70-{uuid.uuid4().hex[:8]}"}
+    if cell.image_timeout_s is not None:
+        changes.setdefault("image", {})["timeout_s"] = cell.image_timeout_s
     if cell.step == "rollback":
         changes["gates"]["latency"].update(IMPOSSIBLE["latency"])
     return spec_in(stage.namespace, "clef-candle", stage.tmp, **changes)
@@ -111,7 +117,16 @@ def _service_exists(kube: Kube, namespace: str) -> bool:
 
 def run_cell(stage: Stage, cell: Cell) -> Result:
     """Run the cell; assert what every cell promises; return its figures."""
+    front = RegistryFront(stage.world.registry_host) if cell.registry_front else nullcontext()
+    with front:
+        return _run_cell(stage, cell, front if isinstance(front, RegistryFront) else None)
+
+
+def _run_cell(stage: Stage, cell: Cell, front: RegistryFront | None) -> Result:
     kube, ns = stage.kube, stage.namespace
+    if front is not None:  # the run (and the rerun) reach the registry through the front
+        world = stage.world.model_copy(update={"registry_url": front.url})
+        stage = replace(stage, env={**stage.env, "HANDOFF_IMAGES": world.image_overrides()})
     spec_file = _spec(stage, cell)
     url = "http://" + address_of(stage.sandbox.run_dir, ns, SERVICE, 80)
     pausing = cell.step == "approval wait"
@@ -128,7 +143,7 @@ def run_cell(stage: Stage, cell: Cell) -> Result:
             await_phase(kube, ns, SERVICE, STEP_PHASE[cell.step], process)
         injected = time.monotonic()
         try:
-            kept = cell.inject(Scene(stage.sandbox, kube, ns, process))
+            kept = cell.inject(Scene(stage.sandbox, kube, ns, process, front))
             if cell.step == "image wait":
                 publish_tag(stage, spec_file)
             if pausing and process.poll() is None:
