@@ -1,7 +1,8 @@
 """Image pulls as a node's container runtime (dockershim on 1.20) reports them.
 
-A reference resolves only against the sandbox registry; any other registry host fails as
-an unresolvable name would (it is never dialled). Failures carry the reason and message
+A reference resolves only against the sandbox registry or another loopback registry (a
+fault front to it); any other registry host fails as an unresolvable name would (it is
+never dialled). Failures carry the reason and message
 a real kubelet shows (ErrImagePull, InvalidImageName). Pulled images are cached per
 node process, so ``IfNotPresent`` skips the registry as a real node does.
 """
@@ -72,14 +73,15 @@ class ImageStore:
     def pull(self, image: str) -> PulledImage:
         """Resolve ``image`` in the sandbox registry and read its labels, or raise."""
         ref = parse_image(image)
-        if not self._is_sandbox(ref.registry):
+        source = self._source(ref.registry)
+        if source is None:
             raise ImagePullError(
                 "ErrImagePull",
                 f'{_DAEMON}: Get "https://{ref.registry}/v2/": dial tcp: lookup '
                 f"{ref.registry}: no such host (sandbox nodes pull only from {self.host})",
             )
         try:
-            with RegistryClient(self.registry_url, timeout_s=5.0) as registry:
+            with RegistryClient(source, timeout_s=5.0) as registry:
                 info = registry.read_image(ref.repository, ref.reference)
         except RegistryError as exc:
             raise ImagePullError("ErrImagePull", _daemon_message(image, ref, exc)) from exc
@@ -93,9 +95,14 @@ class ImageStore:
             self._present[image] = pulled
         return pulled
 
-    def _is_sandbox(self, registry: str) -> bool:
+    def _source(self, registry: str) -> str | None:
+        """Where to pull from: the sandbox registry, or another loopback registry (a front
+        to it, as sandbox/registry_front.py injects faults with); None for any other host."""
         port = self.host.rsplit(":", 1)[-1]
-        return registry in (self.host, f"localhost:{port}", f"127.0.0.1:{port}")
+        if registry in (self.host, f"localhost:{port}", f"127.0.0.1:{port}"):
+            return self.registry_url
+        loopback = registry.rsplit(":", 1)[0] in ("127.0.0.1", "localhost")
+        return f"http://{registry}" if loopback else None
 
 
 def _daemon_message(image: str, ref: ImageRef, exc: RegistryError) -> str:

@@ -108,13 +108,14 @@ CELLS: list[Cell] = [
         frozenset({DONE}),
         registry_front=True,
     ),
-    # Still failing when the (short) image timeout passes: the run stops before applying
-    # anything, naming the registry; the rerun, with the registry back, is done.
+    # Still failing when the (short) image timeout passes: the run ends before applying
+    # anything (its ledger says rolled back, with nothing to undo), naming the registry;
+    # the rerun, with the registry back, is done.
     Cell(
         "registry 503/timeouts past the image timeout",
         "image wait",
         faults.registry_unavailable_past_timeout,
-        frozenset({STOPPED}),
+        frozenset({ROLLED_BACK}),
         cause="was unavailable when the wait for image",
         registry_front=True,
         image_timeout_s=30.0,
