@@ -1,7 +1,9 @@
 """The faults of the matrix, each injected once the run is at a step's boundary.
 
 Substrate faults act on the sandbox's own processes (the control plane is the test
-session's: only this suite kills it); a person's edits are what kubectl would send.
+session's: only this suite kills it), on the registry's loopback front
+(sandbox/registry_front.py) or on a node's kubelet (sandbox/kubelet/partition.py); a
+person's edits are what kubectl would send.
 """
 
 from __future__ import annotations
@@ -35,8 +37,8 @@ class Scene:
     front: RegistryFront | None = None  # the registry as the run reaches it, if fronted
 
 
-# A fault may return a check that its effect is still there once the run has ended:
-# a person's edit must never be overwritten.
+# A fault may return a check to make once the run has ended: that a person's edit is
+# still there (it must never be overwritten), or that the run did meet the fault.
 Kept = Callable[[], None]
 Fault = Callable[[Scene], Kept | None]
 
