@@ -1,14 +1,26 @@
 """The matrix: which fault is injected at which step, and what each cell may end in.
 
 Every step where a fault can happen to the clef-candle handoff (side by side) is listed
-for it; the plan and the apply are left out because they are too short to stop at from
-outside (a kill there is a kill before the ledger, or at `applied`, which `warm` covers).
+for it. The plan and the apply last well under a second, so they are caught by what the
+run writes as it enters them rather than by its ledger: the plan once the run holds its
+Service's Prefect slot (its turn: it plans next) and before it takes the Lease (checked
+at the injection), the apply once a watch sees the candidate Deployment created at 0
+replicas. A kill there lands before the run's first write, or between its apply and the
+warm-up; an API server outage started there is met by the plan's reads, or by the
+apply's ledger write and its closing check.
+
+The coder-14b-fp16 handoff goes in place (one GPU: its old pods stop before the
+candidate starts, a downtime the plan declares): its cells hit the step that stops the
+old pods (the apply: the ledger records the outage's start and not yet the candidate
+applied) and the swap that ends the outage. There the rule is that the Service selects one
+ready workload or none only inside a declared outage: clients' failures and empty
+Endpoints are allowed only from the old pods' stop for at most the declared bound.
 """
 
 from __future__ import annotations
 
 from tests.faults import faults
-from tests.faults.harness import DONE, ROLLED_BACK, STOPPED, Cell
+from tests.faults.harness import DONE, IN_PLACE, ROLLED_BACK, STOPPED, Cell
 
 ANY = frozenset({DONE, ROLLED_BACK, STOPPED})
 FLOW_STEPS = ("image wait", "warm", "gates", "approval wait", "swap", "scale", "retire")
@@ -44,6 +56,38 @@ CELLS: list[Cell] = [
     *(
         Cell("kube-apiserver down 10 s", step, faults.apiserver_down(10), ANY)
         for step in ("gates", "swap", "scale", "retire")
+    ),
+    # The plan and the apply, caught as the run enters them.
+    Cell("flow SIGKILL", "plan", faults.sigkill, frozenset({STOPPED})),
+    Cell("flow SIGKILL", "apply", faults.sigkill, frozenset({STOPPED})),
+    *(
+        Cell("kube-apiserver down 10 s", step, faults.apiserver_down(10), ANY)
+        for step in ("plan", "apply")
+    ),
+    # In place: the old pods stopping, and the swap that ends the outage.
+    *(
+        Cell(
+            "flow SIGKILL",
+            f"in place: {step}",
+            faults.sigkill,
+            frozenset({STOPPED}),
+            target=IN_PLACE,
+        )
+        for step in ("old pods stop", "swap")
+    ),
+    Cell(
+        "flow SIGTERM",
+        "in place: old pods stop",
+        faults.sigterm,
+        frozenset({ROLLED_BACK}),
+        target=IN_PLACE,
+    ),
+    Cell(
+        "kube-apiserver down 10 s",
+        "in place: old pods stop",
+        faults.apiserver_down(10),
+        ANY,
+        target=IN_PLACE,
     ),
     *(
         Cell("kube-apiserver down 20 s (Lease 15 s)", step, faults.apiserver_down(20), ANY)

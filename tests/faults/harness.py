@@ -1,19 +1,28 @@
-"""One cell of the fault matrix: the clef-candle handoff (side by side) under client load,
-a fault injected when the Service's ledger shows the run at a step, then the checks every
-cell shares. Synchronised on the ledger (and, for the approval, on the paused flow run),
-never on sleeps."""
+"""One cell of the fault matrix: a handoff under client load (clef-candle side by side, or
+coder-14b-fp16 in place), a fault injected when the cluster shows the run at a step, then
+the checks every cell shares. Synchronised on what the run writes (the Service's ledger,
+its Prefect concurrency slot, the Deployments it changes; for the approval, the paused
+flow run), never on sleeps."""
 
 from __future__ import annotations
 
+import subprocess
 import time
 import uuid
-from contextlib import nullcontext
-from dataclasses import dataclass, field, replace
+from contextlib import nullcontext, suppress
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import httpx
+from kubernetes import watch
+from kubernetes.client.exceptions import ApiException
+
 from flows.kube.client import Kube
-from flows.ledger import history_entries, parse_ledger
+from flows.lease import read_holder
+from flows.ledger import REVISION_LABEL, OutageRecord, history_entries, parse_ledger
+from flows.slots import LEASE_S as SLOT_LEASE_S
+from flows.slots import limit_name
 from sandbox.proxy import address_of
 from sandbox.publisher import publish
 from sandbox.registry_front import RegistryFront
@@ -21,8 +30,8 @@ from sandbox.seed import CLIENT_API, ORG, World
 from sandbox.state import SandboxState
 from sandbox.traffic import ClientLoad
 from tests.faults.faults import CANDIDATE, LIVE, SERVICE, Fault, Scene
-from tests.faults.watch import RouteWatch
-from tests.handoff.pauses import IMPOSSIBLE, PausingRun
+from tests.faults.watch import OutageWatch, RouteWatch
+from tests.handoff.pauses import IMPOSSIBLE, RELAXED, PausingRun
 from tests.world import await_phase, run_handoff, spec_in, start_handoff
 
 # The ledger phase at which the run is inside each step.
@@ -35,9 +44,34 @@ STEP_PHASE = {
     "scale": "swapped",
     "retire": "scaled",
     "rollback": "rolling-back",  # the gates made to fail
+    "in place: swap": "gated",  # in place the gates' pass swaps at once
 }
-STEPS = tuple(STEP_PHASE)
 DONE, ROLLED_BACK, STOPPED = "done", "rolled-back", "stopped"
+
+
+@dataclass(frozen=True)
+class Target:
+    """The handoff a cell runs: its spec, its Service and the Deployments it moves."""
+
+    spec: str
+    service: str
+    live: str
+    candidate: str
+    in_place: bool
+    gates: dict[str, Any]
+
+
+# The latency gate at one level: the matrix is about faults, and cells stay short.
+SIDE_BY_SIDE = Target("clef-candle", SERVICE, LIVE, CANDIDATE, False, {"latency": {"levels": [1]}})
+# One GPU free: the TP=2 candidate replaces the live pods of candle-vllm in place.
+IN_PLACE = Target(
+    "coder-14b-fp16",
+    "coder-predictor",
+    "candle-vllm",
+    "candle-vllm",
+    True,
+    {"latency": {**RELAXED["latency"], "levels": [1]}},
+)
 
 
 @dataclass(frozen=True)
@@ -52,6 +86,7 @@ class Cell:
     service_gone: bool = False
     registry_front: bool = False  # the spec's images come through a RegistryFront
     image_timeout_s: float | None = None  # the spec's image.timeout_s, where it matters
+    target: Target = SIDE_BY_SIDE
 
     @property
     def key(self) -> str:
@@ -67,10 +102,12 @@ class Result:
     requests: int
     failed_requests: int
     converge_s: float
-    notes: list[str] = field(default_factory=list)
+    # In place: the longest stretch clients saw only failures, and the most declared.
+    unavailable_s: float | None = None
+    declared_s: float | None = None
 
     def row(self) -> dict[str, Any]:
-        return {
+        row: dict[str, Any] = {
             "fault": self.fault,
             "step": self.step,
             "outcome": self.outcome,
@@ -79,6 +116,10 @@ class Result:
             "failed_requests": self.failed_requests,
             "converge_s": round(self.converge_s, 1),
         }
+        if self.declared_s is not None:
+            row["unavailable_s"] = round(self.unavailable_s or 0.0, 1)
+            row["declared_s"] = round(self.declared_s)
+        return row
 
 
 @dataclass
@@ -92,27 +133,102 @@ class Stage:
 
 
 def _spec(stage: Stage, cell: Cell) -> Path:
-    # The latency gate at one level: the matrix is about faults, and cells stay short.
-    changes: dict[str, Any] = {"gates": {"latency": {"levels": [1]}}}
+    changes: dict[str, Any] = {"gates": {k: dict(v) for k, v in cell.target.gates.items()}}
     if cell.step == "image wait":  # a tag CI has not published yet: the run waits for it
         changes["image"] = {"tag": f"sm70-{uuid.uuid4().hex[:8]}"}
     if cell.image_timeout_s is not None:
         changes.setdefault("image", {})["timeout_s"] = cell.image_timeout_s
     if cell.step == "rollback":
         changes["gates"]["latency"].update(IMPOSSIBLE["latency"])
-    return spec_in(stage.namespace, "clef-candle", stage.tmp, **changes)
+    return spec_in(stage.namespace, cell.target.spec, stage.tmp, **changes)
 
 
-def _ledger(kube: Kube, namespace: str) -> Any:
+def _ledger(kube: Kube, namespace: str, service: str) -> Any:
     return parse_ledger(
-        kube.core.read_namespaced_service(SERVICE, namespace).metadata.annotations or {}
+        kube.core.read_namespaced_service(service, namespace).metadata.annotations or {}
     )
 
 
-def _service_exists(kube: Kube, namespace: str) -> bool:
+def _service_exists(kube: Kube, namespace: str, service: str) -> bool:
     return any(
-        s.metadata.name == SERVICE for s in kube.core.list_namespaced_service(namespace).items
+        s.metadata.name == service for s in kube.core.list_namespaced_service(namespace).items
     )
+
+
+# The steps without a ledger phase of their own, each recognised by what the run has
+# just written as it enters them.
+
+
+def _in_plan(stage: Stage, target: Target) -> bool:
+    """The run holds its Service's Prefect slot, its turn: the plan is what it does next,
+    and it has no Lease yet (the Lease is taken once the plan is made)."""
+    if not _slot_taken(stage, target):
+        return False
+    holder = read_holder(stage.kube, stage.namespace, target.service)
+    assert holder is None, f"the run held its Lease ({holder}) before its turn was seen"
+    return True
+
+
+def _stopping_old_pods(stage: Stage, target: Target) -> bool:
+    """In place: the ledger records the outage's start (written as the old pods are told
+    to stop) and not yet the candidate applied."""
+    ledger = _ledger(stage.kube, stage.namespace, target.service)
+    stopping = ("downtime-approved", "old-stopped")
+    return ledger is not None and ledger.outage is not None and str(ledger.phase) in stopping
+
+
+def _await_probe(stage: Stage, cell: Cell, process: subprocess.Popen[str]) -> None:
+    probe = _in_plan if cell.step == "plan" else _stopping_old_pods
+    deadline = time.monotonic() + 420
+    while True:
+        with suppress(httpx.HTTPError, ApiException):
+            if probe(stage, cell.target):
+                return
+        _still_running(process, cell, deadline)
+        time.sleep(0.02)
+
+
+def _await_candidate_applied(stage: Stage, cell: Cell, process: subprocess.Popen[str]) -> None:
+    """Side by side: the candidate Deployment created at 0 replicas, seen on a watch (the
+    apply records `applied` right after, and the warm-up scales it up)."""
+    apps, ns, name = stage.kube.apps, stage.namespace, cell.target.candidate
+    listed = apps.list_namespaced_deployment(ns, field_selector=f"metadata.name={name}")
+    assert not listed.items, f"{cell.key}: {name} exists before the run"
+    version = listed.metadata.resource_version
+    deadline = time.monotonic() + 420
+    while True:
+        stream = watch.Watch().stream(
+            apps.list_namespaced_deployment,
+            ns,
+            field_selector=f"metadata.name={name}",
+            resource_version=version,
+            timeout_seconds=5,
+        )
+        for event in stream:
+            found = event["object"]
+            version = found.metadata.resource_version
+            if event["type"] == "ADDED":
+                assert found.spec.replicas == 0, (cell.key, found.spec.replicas)
+                return
+        _still_running(process, cell, deadline)
+
+
+def _still_running(process: subprocess.Popen[str], cell: Cell, deadline: float) -> None:
+    if process.poll() is not None:
+        output = process.stdout.read() if process.stdout else ""
+        raise AssertionError(f"the handoff ended before reaching {cell.step}\n{output[-4000:]}")
+    assert time.monotonic() < deadline, f"the handoff never reached {cell.step}"
+
+
+def _await_step(stage: Stage, cell: Cell, process: subprocess.Popen[str]) -> None:
+    if cell.step == "apply":
+        _await_candidate_applied(stage, cell, process)
+    elif cell.step in ("plan", "in place: old pods stop"):
+        _await_probe(stage, cell, process)
+    else:
+        service = cell.target.service
+        phase = STEP_PHASE[cell.step]
+        await_phase(stage.kube, stage.namespace, service, phase, process, timeout_s=420)
 
 
 def run_cell(stage: Stage, cell: Cell) -> Result:
@@ -123,16 +239,17 @@ def run_cell(stage: Stage, cell: Cell) -> Result:
 
 
 def _run_cell(stage: Stage, cell: Cell, front: RegistryFront | None) -> Result:
-    kube, ns = stage.kube, stage.namespace
+    kube, ns, target = stage.kube, stage.namespace, cell.target
     if front is not None:  # the run (and the rerun) reach the registry through the front
         world = stage.world.model_copy(update={"registry_url": front.url})
         stage = replace(stage, env={**stage.env, "HANDOFF_IMAGES": world.image_overrides()})
     spec_file = _spec(stage, cell)
-    url = "http://" + address_of(stage.sandbox.run_dir, ns, SERVICE, 80)
+    url = "http://" + address_of(stage.sandbox.run_dir, ns, target.service, 80)
     pausing = cell.step == "approval wait"
     with (
-        ClientLoad(url, api=CLIENT_API[SERVICE], streams=4) as load,
-        RouteWatch(kube, ns, SERVICE) as routes,
+        ClientLoad(url, api=CLIENT_API[target.service], streams=4) as load,
+        RouteWatch(kube, ns, target.service) as routes,
+        OutageWatch(kube, ns, target.service) as outages,
     ):
         if pausing:
             paused = PausingRun.start(spec_file, stage.env)
@@ -140,9 +257,10 @@ def _run_cell(stage: Stage, cell: Cell, front: RegistryFront | None) -> Result:
             paused.wait_paused()
         else:
             process = start_handoff(spec_file, stage.env, "--auto-approve")
-            await_phase(kube, ns, SERVICE, STEP_PHASE[cell.step], process)
-        injected = time.monotonic()
         try:
+            if not pausing:
+                _await_step(stage, cell, process)
+            injected = time.monotonic()
             kept = cell.inject(Scene(stage.sandbox, kube, ns, process, front))
             if cell.step == "image wait":
                 publish_tag(stage, spec_file)
@@ -156,15 +274,19 @@ def _run_cell(stage: Stage, cell: Cell, front: RegistryFront | None) -> Result:
         outcome = _outcome(kube, ns, cell, process.returncode)
         assert outcome in cell.outcomes, f"{cell.key}: ended {outcome}\n{output[-4000:]}"
         if cell.cause is not None:
-            seen = output + (_cause(kube, ns) or "")
+            seen = output + (_cause(kube, ns, target) or "")
             assert cell.cause in seen, f"{cell.key}: no {cell.cause!r} in\n{output[-4000:]}"
         if kept is not None:  # before the rerun, which plans from the edit
             kept()
         rerun = _rerun(stage, spec_file, cell, outcome)
         converge_s = time.monotonic() - injected
-    _check_service(kube, ns, cell, routes)
+        time.sleep(1.0 if target.in_place else 0)  # clients see the Service served again
+    windows = _declared_windows(cell, outages.records)
+    _check_service(kube, ns, cell, routes, windows)
     if not cell.clients_may_fail:
-        assert load.succeeded > 0 and load.failed == [], (cell.key, load.failed[:3])
+        outside = [o for o in load.failed if not _inside(o.ended, windows)]
+        assert load.succeeded > 0 and outside == [], (cell.key, outside[:3], windows)
+        assert load.outcomes[-1].ok, f"{cell.key}: clients are not served at the end"
     return Result(
         fault=cell.fault,
         step=cell.step,
@@ -173,7 +295,27 @@ def _run_cell(stage: Stage, cell: Cell, front: RegistryFront | None) -> Result:
         requests=len(load.outcomes),
         failed_requests=len(load.failed),
         converge_s=converge_s,
+        unavailable_s=load.unavailable_s() if target.in_place else None,
+        declared_s=max((o.bound_s for o in outages.records), default=None),
     )
+
+
+# A window of monotonic seconds in which the Service may have no ready workload.
+Window = tuple[float, float]
+
+
+def _declared_windows(cell: Cell, records: list[OutageRecord]) -> list[Window]:
+    """In place, each outage the runs declared: from the old pods' stop for at most its
+    declared bound (the rollback included). Side by side there is none."""
+    if not cell.target.in_place:
+        return []
+    assert records, f"{cell.key}: an in-place run recorded no outage"
+    offset = time.time() - time.monotonic()
+    return [(r.started - offset, r.started - offset + r.bound_s) for r in records]
+
+
+def _inside(at: float, windows: list[Window]) -> bool:
+    return any(start <= at <= end for start, end in windows)
 
 
 def publish_tag(stage: Stage, spec_file: Path) -> None:
@@ -199,18 +341,18 @@ def _finish(process: Any, drained: str | None, timeout_s: float = 420) -> str:
     return output or ""
 
 
-def _cause(kube: Kube, ns: str) -> str | None:
-    if not _service_exists(kube, ns):
+def _cause(kube: Kube, ns: str, target: Target) -> str | None:
+    if not _service_exists(kube, ns, target.service):
         return None
-    ledger = _ledger(kube, ns)
+    ledger = _ledger(kube, ns, target.service)
     return ledger.cause if ledger else None
 
 
 def _outcome(kube: Kube, ns: str, cell: Cell, code: int | None) -> str:
     """done / rolled-back as the ledger says; else the run stopped (killed, or refused)."""
-    if not _service_exists(kube, ns):
+    if not _service_exists(kube, ns, cell.target.service):
         return STOPPED
-    ledger = _ledger(kube, ns)
+    ledger = _ledger(kube, ns, cell.target.service)
     phase = str(ledger.phase) if ledger else None
     if phase == DONE:
         assert code == 0, f"{cell.key}: ledger done but the run exited {code}"
@@ -228,19 +370,46 @@ def _rerun(stage: Stage, spec_file: Path, cell: Cell, first: str) -> str:
     kube, ns = stage.kube, stage.namespace
     if first == DONE:
         return DONE
+    if _service_exists(kube, ns, cell.target.service) and not _unfinished(stage, cell):
+        _await_slot_free(stage, cell)
     result = run_handoff(spec_file, stage.env, "--auto-approve", timeout_s=420)
     output = result.stdout[-4000:] + result.stderr[-4000:]
     outcome = _outcome(kube, ns, cell, result.returncode)
     assert outcome == cell.rerun, f"{cell.key}: the rerun ended {outcome}\n{output}"
     if cell.service_gone:
-        assert f"Service {ns}/{SERVICE}" in output and "not recreated" in output, output
+        assert f"Service {ns}/{cell.target.service}" in output and "not recreated" in output, output
     return outcome
 
 
-def _check_service(kube: Kube, ns: str, cell: Cell, routes: RouteWatch) -> None:
-    """One workload behind the Service throughout; the ledger and history agree; a
-    deleted Service stays deleted."""
-    bad = routes.not_one_workload()
+def _unfinished(stage: Stage, cell: Cell) -> bool:
+    ledger = _ledger(stage.kube, stage.namespace, cell.target.service)
+    return ledger is not None and str(ledger.phase) not in (DONE, ROLLED_BACK)
+
+
+def _await_slot_free(stage: Stage, cell: Cell) -> None:
+    """A run killed before its ledger keeps its Service's Prefect slot until the slot's
+    lease ends (flows/slots.py), and a run started by hand meanwhile is refused, naming
+    the slot: the rerun starts once the slot is free, as a person told so would."""
+    deadline = time.monotonic() + SLOT_LEASE_S + 60
+    while _slot_taken(stage, cell.target):
+        assert time.monotonic() < deadline, f"{cell.key}: its Prefect slot stayed taken"
+        time.sleep(1)
+
+
+def _slot_taken(stage: Stage, target: Target) -> bool:
+    """Whether a run holds the Service's Prefect concurrency slot (flows/slots.py)."""
+    api = stage.env["PREFECT_API_URL"]
+    name = limit_name(stage.namespace, target.service)
+    answer = httpx.get(f"{api}/v2/concurrency_limits/{name}", timeout=30)
+    return answer.status_code != 404 and bool(answer.json()["active_slots"])
+
+
+def _check_service(
+    kube: Kube, ns: str, cell: Cell, routes: RouteWatch, windows: list[Window]
+) -> None:
+    """One workload behind the Service throughout, or in place none only inside a
+    declared outage; the ledger and history agree; a deleted Service stays deleted."""
+    bad = [s for s in routes.not_one_workload() if s[1] or not _inside(s[0], windows)]
     assert routes.samples and not bad, f"{cell.key}: Service routes {bad[:3]}"
     if cell.service_gone:  # never recreated; the Deployments put back as they were
         assert not _service_exists(kube, ns), f"{cell.key}: the Service was recreated"
@@ -249,7 +418,8 @@ def _check_service(kube: Kube, ns: str, cell: Cell, routes: RouteWatch) -> None:
         }
         assert replicas[LIVE] == 1 and replicas.get(CANDIDATE, 0) == 0, (cell.key, replicas)
         return
-    annotations = kube.core.read_namespaced_service(SERVICE, ns).metadata.annotations or {}
+    service = cell.target.service
+    annotations = kube.core.read_namespaced_service(service, ns).metadata.annotations or {}
     ledger = parse_ledger(annotations)
     assert ledger is not None and str(ledger.phase) in (DONE, ROLLED_BACK), (cell.key, ledger)
     history = history_entries(annotations)
@@ -258,6 +428,11 @@ def _check_service(kube: Kube, ns: str, cell: Cell, routes: RouteWatch) -> None:
     assert history[-1]["handoff_id"] == ledger.handoff_id, (cell.key, history[-1], ledger)
     assert history[-1]["outcome"] == str(ledger.phase), (cell.key, history[-1], ledger)
     if str(ledger.phase) == DONE:
-        svc = kube.core.read_namespaced_service(SERVICE, ns)
-        assert svc.spec.selector.get("handoff.dev/revision") == ledger.revision
-        assert kube.apps.read_namespaced_deployment(LIVE, ns).spec.replicas == 0
+        svc = kube.core.read_namespaced_service(service, ns)
+        assert svc.spec.selector.get(REVISION_LABEL) == ledger.revision
+        live = kube.apps.read_namespaced_deployment(cell.target.live, ns)
+        if cell.target.in_place:  # the live Deployment runs the candidate now
+            labels = live.spec.template.metadata.labels
+            assert labels.get(REVISION_LABEL) == ledger.revision, (cell.key, labels)
+        else:
+            assert live.spec.replicas == 0

@@ -38,11 +38,21 @@ def render(rows: list[dict[str, Any]]) -> str:
     ]
     lines += [
         f"| {r['fault']} | {r['step']} | {r['outcome']} | {r['rerun']} "
-        f"| {r['failed_requests']} of {r['requests']} | {r['converge_s']:.0f} s "
+        f"| {_failed(r)} | {r['converge_s']:.0f} s "
         f"| {r['load_1min']} on {r['cpus']} cores |"
         for r in ranked
     ]
     return "\n".join(lines)
+
+
+def _failed(row: dict[str, Any]) -> str:
+    """In place, with the longest unavailability beside the most the runs declared."""
+    text = f"{row['failed_requests']} of {row['requests']}"
+    if "declared_s" in row:
+        text += (
+            f" ({row['unavailable_s']:.0f} s unavailable, declared at most {row['declared_s']} s)"
+        )
+    return text
 
 
 def with_table(readme: str, table: str) -> str:

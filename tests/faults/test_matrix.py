@@ -42,12 +42,14 @@ def test_cell(
     sandbox: SandboxState,
     kube: Kube,
     seeded: str,
-    spare_gpus: str,
+    request: pytest.FixtureRequest,
     world: World,
     handoff_env: dict[str, str],
     tmp_path: Path,
     results_file: Path,
 ) -> None:
+    if not cell.target.in_place:  # the spare node's GPUs; in place needs them taken
+        request.getfixturevalue("spare_gpus")
     stage = Stage(sandbox, kube, seeded, handoff_env, world, tmp_path)
     result = run_cell(stage, cell)
     results.merge(results_file, result.row())
