@@ -106,7 +106,7 @@ def observe(run: HandoffRun) -> list[Change]:
     if live_untouched(run):
         changes += _live_changes(run)
     if run.reached(Phase.APPLIED) and not run.reached(Phase.RETIRED):
-        changes += _candidate_changes(run)
+        changes += _candidate_changes(run, service.selector)
     return changes
 
 
@@ -184,10 +184,12 @@ def _retired_by_this_handoff(
     return found.replicas == 0
 
 
-def _candidate_changes(run: HandoffRun) -> list[Change]:
+def _candidate_changes(run: HandoffRun, selector: dict[str, str]) -> list[Change]:
     name = run.candidate_name
     found = read.read_deployment(run.kube, run.spec.namespace, name)
     if found is None:
+        if _twin_removed_by_this_handoff(run, selector):
+            return []
         return [_deployment(name, "(the object)", "the candidate this handoff applied", DELETED)]
     owner = found.annotations.get(HANDOFF_ID_ANNOTATION)
     if owner != run.ledger.handoff_id:
@@ -198,6 +200,15 @@ def _candidate_changes(run: HandoffRun) -> list[Change]:
         expected = " or ".join(str(n) for n in sorted(allowed))
         return [_deployment(name, "spec.replicas", expected, found.replicas)]
     return []
+
+
+def _twin_removed_by_this_handoff(run: HandoffRun, selector: dict[str, str]) -> bool:
+    """A twin's retirement removes it only once the Service selects the rewritten live
+    pods alone: a twin gone then is this handoff's own deletion (a rerun after a crash
+    in the retirement finds it so), not a person's."""
+    if not (run.twin and run.reached(Phase.SWAPPED)):
+        return False
+    return selector == live_only_selector(run, target_selector(run))
 
 
 def candidate_replicas(run: HandoffRun) -> set[int]:
