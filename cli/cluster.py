@@ -11,7 +11,8 @@ import typer
 def kubeconfig_or_sandbox(kubeconfig: Path | None) -> Path | None:
     """kubeconfig as given; when nothing names a cluster (no --kubeconfig, $KUBECONFIG,
     ~/.kube/config or in-cluster) and the sandbox runs, the sandbox's, with the export
-    that makes it the default (and its Prefect, when PREFECT_API_URL is unset)."""
+    that makes it the default (and its Prefect with its credentials, when PREFECT_API_URL
+    is unset)."""
     if (
         kubeconfig is not None
         or os.environ.get("KUBECONFIG")
@@ -19,7 +20,7 @@ def kubeconfig_or_sandbox(kubeconfig: Path | None) -> Path | None:
         or (Path.home() / ".kube" / "config").is_file()
     ):
         return kubeconfig
-    from sandbox import manager
+    from sandbox import manager, prefect_server
     from sandbox.paths import default_run_dir
 
     state = manager.status(default_run_dir())
@@ -31,5 +32,5 @@ def kubeconfig_or_sandbox(kubeconfig: Path | None) -> Path | None:
         err=True,
     )
     if state.prefect_api_url and not os.environ.get("PREFECT_API_URL"):
-        os.environ["PREFECT_API_URL"] = state.prefect_api_url
+        os.environ.update(prefect_server.client_env(state.run_dir, state.prefect_api_url))
     return state.kubeconfig

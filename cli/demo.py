@@ -77,7 +77,7 @@ def demo(
     state = manager.status(run_dir)
     typer.echo("history:")
     if state is not None:
-        typer.echo(f"  export KUBECONFIG={state.kubeconfig}")
+        typer.echo(f'  eval "$(uv run handoff sandbox env --run-dir {run_dir})"')
     typer.echo(f"  uv run handoff history --namespace {demo_run.NAMESPACE}")
     if not verbose:
         typer.echo(f"Prefect's log lines: {demo_run.log_file(run_dir)}")

@@ -30,6 +30,7 @@ from flows.logfile import logs_to
 from flows.report.links import run_link
 from flows.report.stepview import Listener, StepEvent, listening, shown_live
 from sandbox import manager
+from sandbox.prefect_server import client_env
 from sandbox.proxy import address_of
 from sandbox.seed import (
     CLIENT_API,
@@ -211,15 +212,22 @@ def main(
     state, _ = manager.up(run_dir)
     if not verbose:
         say(f"Prefect's log lines: {log_file(run_dir)} (--verbose shows them here)")
-    from prefect.settings import PREFECT_API_URL, temporary_settings
+    from prefect.settings import PREFECT_API_AUTH_STRING, PREFECT_API_URL, temporary_settings
 
-    # Prefect read its settings when it was imported: the sandbox's server is set for
-    # this process explicitly, and in the environment for the processes it starts.
+    # Prefect read its settings when it was imported: the sandbox's server and its
+    # credentials are set for this process explicitly, and in the environment for the
+    # processes it starts.
+    prefect = client_env(run_dir, state.prefect_api_url or "")
     with (
-        temporary_settings(updates={PREFECT_API_URL: state.prefect_api_url or ""}),
+        temporary_settings(
+            updates={
+                PREFECT_API_URL: prefect["PREFECT_API_URL"],
+                PREFECT_API_AUTH_STRING: prefect.get("PREFECT_API_AUTH_STRING"),
+            }
+        ),
         nullcontext() if verbose else logs_to(log_file(run_dir)),
     ):
-        os.environ["PREFECT_API_URL"] = state.prefect_api_url or ""
+        os.environ.update(prefect)
         os.environ["KUBECONFIG"] = str(state.kubeconfig)
         say(f"Prefect UI: {(state.prefect_api_url or '').removesuffix('/api')}")
         world, _kube = prepare(state, say)

@@ -29,6 +29,20 @@ def _fail(message: str, code: int = 1) -> typer.Exit:
     return typer.Exit(code)
 
 
+def _require_prefect() -> None:
+    """Exit 2, before anything is done, when the Prefect API set refuses our credentials."""
+    from prefect.settings import get_current_settings
+
+    from flows.prefect_access import PrefectRefused, require_access
+
+    api = get_current_settings().api.url
+    try:
+        if api:
+            require_access(api)
+    except PrefectRefused as exc:
+        raise _fail(str(exc), 2) from None
+
+
 def plan(spec: SpecArg, kubeconfig: KubeconfigOpt = None) -> None:
     """Read the cluster, choose a strategy and dry-run every write. Writes nothing."""
     from flows.errors import HandoffError
@@ -77,6 +91,7 @@ def run(
             "PREFECT_API_URL, or pass --auto-approve",
             2,
         )
+    _require_prefect()
     with (
         tags(f"service:{handoff_spec.service}", f"handoff:{handoff_spec.name}"),
         shown_live(console),
@@ -104,6 +119,7 @@ def approve(
     from prefect.flow_runs import resume_flow_run
 
     decision = "reject" if reject else "approve"
+    _require_prefect()
     try:
         resume_flow_run(
             UUID(run_id), run_input={"approver": approver, "decision": decision, "reason": reason}
@@ -175,6 +191,7 @@ def history(
 
     from cli.cluster import kubeconfig_or_sandbox
     from flows.errors import HandoffError
+    from flows.prefect_access import PrefectRefused
     from flows.report import history_view
     from flows.report.history import collect_history
 
@@ -187,7 +204,7 @@ def history(
         entries = collect_history(
             kubeconfig_or_sandbox(kubeconfig), namespace=namespace, service=service
         )
-    except HandoffError as exc:
+    except (HandoffError, PrefectRefused) as exc:
         raise _fail(str(exc), 2) from None
     shown: list | dict = entries
     if run_id is not None:

@@ -55,6 +55,7 @@ def up(
     console.print("sandbox started" if started else "sandbox already running")
     console.print(f"kubeconfig: {state.kubeconfig}")
     typer.echo(f"export KUBECONFIG={state.kubeconfig}")
+    _print_prefect_hint(state.run_dir)
 
 
 @app.command()
@@ -79,12 +80,24 @@ def status(run_dir: RunDir = None) -> None:
         console.print(f"registry: {state.registry_url}")
     if state.prefect_api_url:
         console.print(f"Prefect UI: {state.prefect_api_url.removesuffix('/api')}")
+        _print_prefect_hint(state.run_dir)
     _print_services(state.run_dir)
     if state.dead_processes():
         console.print(
             "[yellow]some processes are gone: run `handoff sandbox up` to restart[/yellow]"
         )
         raise typer.Exit(1)
+
+
+def _print_prefect_hint(run_dir: Path) -> None:
+    """Where the Prefect credentials are, never the secret itself (this output is logged)."""
+    from sandbox.prefect_server import auth_file
+
+    if auth_file(run_dir).is_file():
+        console.print(
+            f"Prefect requires the user:password in {auth_file(run_dir)} (the UI asks for it); "
+            f'for prefect and handoff commands: eval "$(handoff sandbox env --run-dir {run_dir})"'
+        )
 
 
 def _print_services(run_dir: Path) -> None:
@@ -101,8 +114,11 @@ def _print_services(run_dir: Path) -> None:
 
 @app.command()
 def env(run_dir: RunDir = None) -> None:
-    """Print shell exports for the running sandbox: `eval "$(handoff sandbox env)"`."""
-    from sandbox import manager
+    """Print shell exports for the running sandbox: `eval "$(handoff sandbox env)"`
+    (KUBECONFIG, and PREFECT_API_URL with the PREFECT_API_AUTH_STRING its Prefect requires)."""
+    import shlex
+
+    from sandbox import manager, prefect_server
 
     state = manager.status(_run_dir(run_dir))
     if state is None:
@@ -110,7 +126,8 @@ def env(run_dir: RunDir = None) -> None:
         raise typer.Exit(1)
     typer.echo(f"export KUBECONFIG={state.kubeconfig}")
     if state.prefect_api_url:
-        typer.echo(f"export PREFECT_API_URL={state.prefect_api_url}")
+        for name, value in prefect_server.client_env(state.run_dir, state.prefect_api_url).items():
+            typer.echo(f"export {name}={shlex.quote(value)}")
 
 
 @app.command()

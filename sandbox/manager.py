@@ -35,12 +35,14 @@ def up(
     attach: Path | None = None,
     cluster_file: Path = DEFAULT_CLUSTER_FILE,
     extra_args: dict[str, list[str]] | None = None,
+    prefect_auth: bool = True,
 ) -> tuple[SandboxState, bool]:
     """Ensure a sandbox runs in run_dir; return (state, started_now).
 
     attach: run the simulated nodes, proxy, registry and Prefect against the
     control plane of this kubeconfig instead of starting one. extra_args adds
-    command-line flags per control-plane component name.
+    command-line flags per control-plane component name. prefect_auth: the Prefect
+    server requires the sandbox's credentials (prefect_server.protect); off, it is open.
     """
     with locked(run_dir):
         state = read_state(run_dir)
@@ -49,6 +51,8 @@ def up(
         if state is not None:
             _stop_all(state)
         _clean(run_dir)
+        if prefect_auth:
+            prefect_server.protect(run_dir)
         state = _attached(run_dir, attach) if attach else _own_control_plane(run_dir, extra_args)
         try:
             _start_components(state, cluster_file)

@@ -2,11 +2,15 @@
 run can be approved from the browser or from another process.
 
 Its database and settings live in the run directory (PREFECT_HOME), analytics off.
+It answers only requests carrying the sandbox's `user:password` (PREFECT_SERVER_API_AUTH_STRING),
+made once per sandbox and kept in the run directory, readable by its owner only: anyone
+on the machine who reaches an open Prefect could start handoffs.
 """
 
 from __future__ import annotations
 
 import os
+import secrets
 import sys
 from pathlib import Path
 
@@ -20,6 +24,31 @@ class PrefectServerError(RuntimeError):
     """The Prefect server did not come up; the message carries its log tail."""
 
 
+def auth_file(run_dir: Path) -> Path:
+    return run_dir / "prefect-auth"
+
+
+def protect(run_dir: Path) -> None:
+    """Make this sandbox's Prefect credentials (a random `handoff:<password>`, mode 0600);
+    every later spawn in run_dir starts the server requiring them."""
+    password = secrets.token_urlsafe(24)
+    fd = os.open(auth_file(run_dir), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(f"handoff:{password}\n")
+
+
+def auth_string(run_dir: Path) -> str | None:
+    """The sandbox's `user:password`, or None when its Prefect is open."""
+    path = auth_file(run_dir)
+    return path.read_text().strip() if path.is_file() else None
+
+
+def client_env(run_dir: Path, api_url: str) -> dict[str, str]:
+    """What a Prefect client needs to use the sandbox's server."""
+    secret = auth_string(run_dir)
+    return {"PREFECT_API_URL": api_url, **({"PREFECT_API_AUTH_STRING": secret} if secret else {})}
+
+
 def server_env(run_dir: Path, port: int, *, auth_string: str | None = None) -> dict[str, str]:
     """auth_string (`user:password`): the server then answers only requests carrying it
     (clients set PREFECT_API_AUTH_STRING to the same)."""
@@ -27,8 +56,8 @@ def server_env(run_dir: Path, port: int, *, auth_string: str | None = None) -> d
     home.mkdir(parents=True, exist_ok=True)
     auth = {"PREFECT_SERVER_API_AUTH_STRING": auth_string} if auth_string else {}
     return {
-        **auth,
         **os.environ,
+        **auth,
         "PREFECT_HOME": str(home),
         "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
         "DO_NOT_TRACK": "1",
@@ -43,8 +72,8 @@ def server_env(run_dir: Path, port: int, *, auth_string: str | None = None) -> d
 
 
 def spawn(run_dir: Path, port: int | None = None) -> tuple[procs.ProcessRecord, str]:
-    """Start `prefect server start` on `port` (a restart keeps its port and its database
-    in run_dir), else a free loopback port; return (process, API URL)."""
+    """Start `prefect server start` on `port` (a restart keeps its port, its database and
+    its credentials in run_dir), else a free loopback port; return (process, API URL)."""
     port = port or procs.free_port()
     argv = [
         sys.executable,
@@ -61,7 +90,7 @@ def spawn(run_dir: Path, port: int | None = None) -> tuple[procs.ProcessRecord, 
         "prefect-server",
         argv,
         run_dir / "logs" / "prefect-server.log",
-        env=server_env(run_dir, port),
+        env=server_env(run_dir, port, auth_string=auth_string(run_dir)),
     )
     return record, f"http://127.0.0.1:{port}/api"
 

@@ -7,8 +7,12 @@ import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from tests.webhook.servers import PrefectServer
 
 os.environ.setdefault("DO_NOT_TRACK", "1")
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
@@ -32,7 +36,11 @@ def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SandboxState]:
     # Each pytest-xdist worker brings up a sandbox of its own.
     worker = os.environ.get("PYTEST_XDIST_WORKER", "")
     run_dir = Path(chosen) / worker if chosen else tmp_path_factory.mktemp("sandbox")
-    state, _ = manager.up(run_dir, cluster_file=_test_cluster_file(run_dir.parent))
+    # Its Prefect is open: the suite's clients read it directly. The credentials the
+    # sandbox makes are tested in tests/handoff/test_prefect_credentials.py.
+    state, _ = manager.up(
+        run_dir, cluster_file=_test_cluster_file(run_dir.parent), prefect_auth=False
+    )
     api = config.new_client_from_config(config_file=str(state.kubeconfig))
     set_cordoned(api, SPARE_NODE, True)
     api.close()
@@ -94,6 +102,28 @@ def _wait_default_service_account(core, namespace: str) -> None:  # type: ignore
         w.stop()
         return
     raise TimeoutError(f"no default ServiceAccount in namespace {namespace} after 30 s")
+
+
+@pytest.fixture(scope="session")
+def prefect(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> PrefectServer:
+    """One open Prefect server for the session (the relay, flow and UI tests')."""
+    from tests.webhook.servers import shared_prefect
+
+    return shared_prefect(request, tmp_path_factory.mktemp("prefect"))
+
+
+@pytest.fixture(scope="session")
+def authed_prefect(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrefectServer]:
+    """A Prefect server started as `handoff sandbox up` starts it: requiring the
+    credentials made for its run directory (its auth_string)."""
+    from sandbox import procs
+    from tests.webhook.servers import start_prefect
+
+    server = start_prefect(tmp_path_factory.mktemp("prefect-auth"), protected=True)
+    yield server
+    procs.stop(server.process)
 
 
 # The real llama.cpp engine's servers, shared by the session.

@@ -4,7 +4,8 @@ The Service's history annotation holds the records of handoffs that got as far a
 recording; Prefect also knows the runs that did not (superseded by a newer merge,
 paused for approval, crashed before the record) and links to each run's report
 (the `handoff-<service>` artifact). Both are merged by flow run id. Prefect is
-optional here: without a reachable PREFECT_API_URL the cluster's records stand alone.
+optional here: without a reachable PREFECT_API_URL the cluster's records stand alone;
+one that answers but refuses this process's credentials is an error (PrefectRefused).
 """
 
 from __future__ import annotations
@@ -134,6 +135,10 @@ def _from_run(run: PrefectRun) -> dict[str, Any]:
 
 def with_prefect_runs(records: list[dict[str, Any]], services: list[str]) -> list[dict[str, Any]]:
     """records merged with the Services' Prefect runs, when Prefect answers."""
-    if not services or api_url_if_reachable() is None:
+    from flows.prefect_access import require_access
+
+    api = api_url_if_reachable() if services else None
+    if api is None:
         return records
+    require_access(api)
     return merge_history(records, read_runs(services))

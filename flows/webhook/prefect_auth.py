@@ -13,9 +13,8 @@ from typing import Literal
 
 import httpx
 
+from flows.prefect_access import PROBE, probe
 from flows.webhook.events import auth_headers
-
-PROBE = "/flows/filter"
 
 
 class PrefectAuthProblem(Exception):
@@ -27,9 +26,8 @@ def check_prefect_auth(
 ) -> Literal["open", "authenticated"]:
     """'open' when the API answers without credentials, 'authenticated' when it refuses
     those and accepts the relay's; PrefectAuthProblem otherwise."""
-    url = f"{api_url.rstrip('/')}{PROBE}"
     try:
-        anonymous = httpx.post(url, json={"limit": 1}, timeout=timeout_s)
+        anonymous = probe(api_url, {}, timeout_s=timeout_s)
         if anonymous.status_code < 300:
             return "open"
         if anonymous.status_code != 401:
@@ -37,7 +35,7 @@ def check_prefect_auth(
                 f"Prefect API {api_url} answered {anonymous.status_code} to POST {PROBE}; "
                 "expected 401 without credentials: is this the API URL (ending in /api)?"
             )
-        ours = httpx.post(url, json={"limit": 1}, headers=auth_headers(), timeout=timeout_s)
+        ours = probe(api_url, auth_headers(), timeout_s=timeout_s)
     except httpx.HTTPError as exc:
         raise PrefectAuthProblem(
             f"Prefect API {api_url} unreachable ({exc}): cannot tell whether it requires "

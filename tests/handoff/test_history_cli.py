@@ -20,6 +20,7 @@ from flows.ledger import HISTORY_ANNOTATION
 from flows.report.record import HandoffRecord, Trigger
 from flows.report.timeline import StepSpan
 from sandbox.state import SandboxState
+from tests.webhook.servers import PrefectServer
 
 SERVICE = "clef-serve-with-a-rather-long-name"
 START = 1_795_946_400.0  # 2026-11-29T10:00:00Z
@@ -174,6 +175,23 @@ def test_one_handoffs_timeline_as_a_file(
     )
     alone = _in_process(env, "--namespace", recorded, "--out", str(tmp_path))
     assert alone.exit_code == 2 and "give its RUN_ID too" in alone.output
+
+
+@pytest.mark.slow  # a Prefect server of its own
+def test_an_authenticated_prefect_is_read_with_its_credentials_only(
+    recorded: str, env: dict[str, str], authed_prefect: PrefectServer
+) -> None:
+    env = {k: v for k, v in env.items() if k != "PREFECT_API_AUTH_STRING"}
+    env["PREFECT_API_URL"] = authed_prefect.api_url
+    refused = _history(env, "--namespace", recorded)
+    output = " ".join((refused.stdout + refused.stderr).split())
+    assert refused.returncode == 2, output
+    assert f"Prefect API {authed_prefect.api_url} answered 401 Unauthorized" in output, output
+    assert "set PREFECT_API_AUTH_STRING" in output and "Traceback" not in output, output
+    env["PREFECT_API_AUTH_STRING"] = authed_prefect.auth_string or ""
+    read = _history(env, "--namespace", recorded)
+    assert read.returncode == 0, read.stdout + read.stderr
+    assert "rolled-back" in read.stdout
 
 
 def test_without_a_kubeconfig_the_running_sandbox_is_used_and_named(

@@ -1,5 +1,5 @@
-"""Fixtures for the relay tests: one Prefect server for the session, a spec repository
-and a running relay per test."""
+"""Fixtures for the relay tests: a spec repository and a running relay per test (the
+session's Prefect server is tests/conftest.py's)."""
 
 from __future__ import annotations
 
@@ -9,17 +9,10 @@ from pathlib import Path
 import pytest
 
 from flows.webhook.app import RelaySettings
-from tests.webhook.servers import PrefectServer, running_relay, shared_prefect
+from tests.webhook.servers import PrefectServer, running_relay
 from tests.webhook.specrepo import SpecRepo, make_spec_repo
 
 SECRET = "correct horse battery staple"
-
-
-@pytest.fixture(scope="session")
-def prefect(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> PrefectServer:
-    return shared_prefect(request, tmp_path_factory.mktemp("prefect"))
 
 
 @pytest.fixture

@@ -31,23 +31,26 @@ class PrefectServer(BaseModel):
     ui_url: str
     home: Path
     process: procs.ProcessRecord
+    auth_string: str | None = None  # the `user:password` it requires, if any
 
 
-def start_prefect(run_dir: Path, *, auth_string: str | None = None) -> PrefectServer:
-    port = procs.free_port()
-    api = f"http://127.0.0.1:{port}/api"
-    env = prefect_server.server_env(run_dir, port, auth_string=auth_string)
-    argv = [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1"]
-    record = procs.spawn(
-        "prefect-server", [*argv, "--port", str(port)], run_dir / "prefect.log", env=env
-    )
+def start_prefect(run_dir: Path, *, protected: bool = False) -> PrefectServer:
+    """The Prefect server as the sandbox starts it; protected: requiring the credentials
+    made for run_dir, as `handoff sandbox up` does."""
+    if protected:
+        prefect_server.protect(run_dir)
+    record, api = prefect_server.spawn(run_dir)
     try:
         prefect_server.wait_healthy(record, api)
     except BaseException:
         procs.stop(record)
         raise
     return PrefectServer(
-        api_url=api, ui_url=api.removesuffix("/api"), home=run_dir / "prefect", process=record
+        api_url=api,
+        ui_url=api.removesuffix("/api"),
+        home=run_dir / "prefect",
+        process=record,
+        auth_string=prefect_server.auth_string(run_dir),
     )
 
 

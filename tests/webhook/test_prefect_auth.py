@@ -10,7 +10,6 @@ import base64
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -22,19 +21,11 @@ from sandbox import procs
 from tests.webhook.conftest import SECRET
 from tests.webhook.deploy import wait_until
 from tests.webhook.payloads import deliver, push_body
-from tests.webhook.servers import PrefectServer, relay_process, start_prefect
+from tests.webhook.servers import PrefectServer, relay_process
 from tests.webhook.specrepo import SpecRepo
 from tests.webhook.test_relay import ALPHA_MANIFEST
 
-AUTH = "handoff:correct-horse"
 pytestmark = pytest.mark.timeout(600)  # a Prefect server of its own
-
-
-@pytest.fixture(scope="module")
-def authed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrefectServer]:
-    server = start_prefect(tmp_path_factory.mktemp("prefect-auth"), auth_string=AUTH)
-    yield server
-    procs.stop(server.process)
 
 
 def _serve(
@@ -67,9 +58,9 @@ def test_the_relay_refuses_an_open_prefect_api(
 @pytest.mark.slow  # a Prefect server of its own; the open-API refusal runs by default
 @pytest.mark.parametrize("credentials", [{}, {"PREFECT_API_AUTH_STRING": "handoff:wrong"}])
 def test_the_relay_refuses_credentials_the_api_refuses(
-    authed: PrefectServer, spec_repo: SpecRepo, tmp_path: Path, credentials: dict[str, str]
+    authed_prefect: PrefectServer, spec_repo: SpecRepo, tmp_path: Path, credentials: dict[str, str]
 ) -> None:
-    result = _serve(spec_repo, authed.api_url, tmp_path, **credentials)
+    result = _serve(spec_repo, authed_prefect.api_url, tmp_path, **credentials)
     output = " ".join((result.stdout + result.stderr).split())
     assert result.returncode == 2, output
     assert "refused this relay's credentials" in output, output
@@ -77,12 +68,13 @@ def test_the_relay_refuses_credentials_the_api_refuses(
 
 @pytest.mark.slow  # a Prefect server of its own
 def test_relay_worker_and_cli_authenticate_and_others_are_refused(
-    authed: PrefectServer, spec_repo: SpecRepo, tmp_path: Path
+    authed_prefect: PrefectServer, spec_repo: SpecRepo, tmp_path: Path
 ) -> None:
-    env = {"PREFECT_API_AUTH_STRING": AUTH}
+    auth = authed_prefect.auth_string or ""
+    env = {"PREFECT_API_AUTH_STRING": auth}
     with relay_process(
         specs_dir=spec_repo.specs_dir,
-        api_url=authed.api_url,
+        api_url=authed_prefect.api_url,
         secret=SECRET,
         state_dir=tmp_path / "state",
         log=tmp_path / "relay.log",
@@ -91,17 +83,21 @@ def test_relay_worker_and_cli_authenticate_and_others_are_refused(
     ) as relay:
         response = deliver(relay, push_body([ALPHA_MANIFEST]), SECRET)
     assert response.status_code == 200 and response.json()["outcome"] == "emitted", response.text
-    with temporary_settings({PREFECT_API_URL: authed.api_url, PREFECT_API_AUTH_STRING: AUTH}):
-        wait_persisted(authed.api_url)
+    with temporary_settings(
+        {PREFECT_API_URL: authed_prefect.api_url, PREFECT_API_AUTH_STRING: auth}
+    ):
+        wait_persisted(authed_prefect.api_url)
         events = read_merge_events(
-            authed.api_url, namespace=spec_repo.namespace, service=spec_repo.services["alpha"]
+            authed_prefect.api_url,
+            namespace=spec_repo.namespace,
+            service=spec_repo.services["alpha"],
         )
     assert [e.merge.spec for e in events] == ["alpha"]
     # The open door is shut: an event, or a read, without the credentials is refused.
-    forged = httpx.post(f"{authed.api_url}/events", json=[], timeout=30)
+    forged = httpx.post(f"{authed_prefect.api_url}/events", json=[], timeout=30)
     assert forged.status_code == 401
     # The prefect CLI and a worker, with the credentials.
-    cli_env = {**os.environ, "PREFECT_API_URL": authed.api_url, **env}
+    cli_env = {**os.environ, "PREFECT_API_URL": authed_prefect.api_url, **env}
     pool = subprocess.run(
         [sys.executable, "-m", "prefect", "work-pool", "create", "authed", "--type", "process"],
         env=cli_env,
@@ -113,11 +109,13 @@ def test_relay_worker_and_cli_authenticate_and_others_are_refused(
     argv = [sys.executable, "-m", "prefect", "worker", "start", "--pool", "authed"]
     worker = procs.spawn("worker", argv, tmp_path / "worker.log", env=cli_env)
     try:
-        headers = {"Authorization": "Basic " + base64.b64encode(AUTH.encode()).decode()}
+        headers = {"Authorization": "Basic " + base64.b64encode(auth.encode()).decode()}
 
         def workers() -> list[object]:
             answer = httpx.post(
-                f"{authed.api_url}/work_pools/authed/workers/filter", headers=headers, timeout=10
+                f"{authed_prefect.api_url}/work_pools/authed/workers/filter",
+                headers=headers,
+                timeout=10,
             )
             return answer.json() if answer.status_code == 200 else []
 

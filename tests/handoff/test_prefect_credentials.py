@@ -1,0 +1,158 @@
+"""The sandbox's Prefect requires credentials made once per sandbox, and the `handoff`
+commands that talk to Prefect use PREFECT_API_AUTH_STRING: without it (or with a wrong
+one) they stop before doing anything, naming the server, the 401 and what to set."""
+
+from __future__ import annotations
+
+import base64
+import os
+import stat
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import httpx
+import pytest
+
+from sandbox import prefect_server
+from sandbox.state import SandboxState, write_state
+from tests.webhook.servers import PrefectServer
+
+SPEC = Path(__file__).resolve().parents[2] / "manifests" / "handoffs" / "clef-candle.yaml"
+WRONG = {"PREFECT_API_AUTH_STRING": "handoff:wrong"}
+
+
+def _basic(auth: str) -> dict[str, str]:
+    return {"Authorization": "Basic " + base64.b64encode(auth.encode()).decode()}
+
+
+def _handoff(api: str, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """The real `handoff` command with only this Prefect (and these credentials)."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_API_")}
+    return subprocess.run(
+        [sys.executable, "-m", "cli", *args],
+        env={**clean, "PREFECT_API_URL": api, "COLUMNS": "200", **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def _refused(result: subprocess.CompletedProcess[str], api: str) -> None:
+    output = " ".join((result.stdout + result.stderr).split())
+    assert result.returncode == 2, output
+    assert f"Prefect API {api} answered 401 Unauthorized" in output, output
+    assert "set PREFECT_API_AUTH_STRING" in output and "Traceback" not in output, output
+
+
+def _flow_run(server: PrefectServer) -> str:
+    """A pending flow run, made with the credentials."""
+    with httpx.Client(headers=_basic(server.auth_string or ""), timeout=30) as http:
+        flow = http.post(f"{server.api_url}/flows/", json={"name": "credentials-probe"})
+        flow.raise_for_status()
+        run = http.post(
+            f"{server.api_url}/flow_runs/",
+            json={"flow_id": flow.json()["id"], "state": {"type": "PENDING"}},
+        )
+        run.raise_for_status()
+        return str(run.json()["id"])
+
+
+def _flow_runs(server: PrefectServer) -> list[dict[str, object]]:
+    answer = httpx.post(
+        f"{server.api_url}/flow_runs/filter",
+        json={},
+        headers=_basic(server.auth_string or ""),
+        timeout=30,
+    )
+    answer.raise_for_status()
+    return list(answer.json())
+
+
+def test_each_sandbox_gets_its_own_credentials_readable_by_its_owner_only(
+    tmp_path: Path,
+) -> None:
+    one, two = tmp_path / "one", tmp_path / "two"
+    for run_dir in (one, two):
+        run_dir.mkdir()
+        prefect_server.protect(run_dir)
+        assert stat.S_IMODE(prefect_server.auth_file(run_dir).stat().st_mode) == 0o600
+    first, second = prefect_server.auth_string(one), prefect_server.auth_string(two)
+    assert first and second and first != second
+    user, _, password = first.partition(":")
+    assert user == "handoff" and len(password) >= 32
+    with pytest.raises(FileExistsError):  # made once: a second call never replaces them
+        prefect_server.protect(one)
+    assert prefect_server.auth_string(one) == first
+    env = prefect_server.client_env(one, "http://127.0.0.1:1/api")
+    assert env == {"PREFECT_API_URL": "http://127.0.0.1:1/api", "PREFECT_API_AUTH_STRING": first}
+    assert (
+        prefect_server.server_env(one, 1, auth_string=first)["PREFECT_SERVER_API_AUTH_STRING"]
+        == first
+    )
+
+
+@pytest.mark.slow  # a Prefect server of its own (tests/conftest.py's authed_prefect)
+def test_the_sandbox_prefect_refuses_anonymous_requests_and_takes_its_credentials(
+    authed_prefect: PrefectServer,
+) -> None:
+    stored = prefect_server.auth_string(authed_prefect.home.parent)
+    assert stored and stored == authed_prefect.auth_string
+    url = f"{authed_prefect.api_url}/flows/filter"
+    assert httpx.post(url, json={}, timeout=30).status_code == 401
+    assert httpx.post(url, json={}, headers=_basic("handoff:wrong"), timeout=30).status_code == 401
+    assert httpx.post(url, json={}, headers=_basic(stored), timeout=30).status_code == 200
+
+
+@pytest.mark.slow  # a Prefect server of its own
+@pytest.mark.parametrize("credentials", [{}, WRONG], ids=["none", "wrong"])
+def test_commands_without_the_credentials_stop_before_doing_anything(
+    authed_prefect: PrefectServer, credentials: dict[str, str]
+) -> None:
+    api = authed_prefect.api_url
+    run_id = _flow_run(authed_prefect)
+    before = _flow_runs(authed_prefect)
+    _refused(_handoff(api, "approve", run_id, "--approver", "ada", **credentials), api)
+    # No cluster is named: a run that got past the check would fail differently.
+    run = _handoff(
+        api, "run", str(SPEC), "--auto-approve", KUBECONFIG="/nonexistent", **credentials
+    )
+    _refused(run, api)
+    assert _flow_runs(authed_prefect) == before  # no run started, none resumed
+
+
+@pytest.mark.slow  # a Prefect server of its own
+def test_the_sandbox_env_gives_the_commands_its_credentials(
+    authed_prefect: PrefectServer,
+) -> None:
+    """`eval "$(handoff sandbox env)"`, as the README has it, then `handoff approve`."""
+    run_dir = authed_prefect.home.parent
+    write_state(  # as `sandbox up` records it (only Prefect runs here)
+        SandboxState(
+            run_dir=run_dir,
+            kubeconfig=run_dir / "kubeconfig",
+            server="https://127.0.0.1:1",
+            prefect_api_url=authed_prefect.api_url,
+            components=[authed_prefect.process],
+        )
+    )
+    exports = _handoff("", "sandbox", "env", "--run-dir", str(run_dir))
+    assert exports.returncode == 0, exports.stderr
+    assert "export PREFECT_API_AUTH_STRING=" in exports.stdout
+    # status says where the credentials are, and never prints them
+    status = _handoff("", "sandbox", "status", "--run-dir", str(run_dir))
+    assert str(prefect_server.auth_file(run_dir)) in status.stdout, status.stdout
+    assert (authed_prefect.auth_string or "-") not in status.stdout + status.stderr
+    run_id = _flow_run(authed_prefect)
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_API_")}
+    script = f'eval "$({sys.executable} -m cli sandbox env --run-dir {run_dir})" && '
+    script += f"{sys.executable} -m cli approve {run_id} --approver ada"
+    result = subprocess.run(
+        ["bash", "-c", script], env=clean, capture_output=True, text=True, timeout=120
+    )
+    output = " ".join((result.stdout + result.stderr).split())
+    # Authenticated, it read the run and found nothing paused to resume.
+    assert result.returncode == 2 and "isn't paused" in output, output
+    assert "401" not in output, output
+    assert str(uuid.UUID(run_id)) in output
