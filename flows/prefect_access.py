@@ -8,15 +8,27 @@ half-way through.
 
 from __future__ import annotations
 
-import httpx
+import base64
 
-from flows.webhook.events import auth_headers
+import httpx
+from prefect.settings import get_current_settings
 
 PROBE = "/flows/filter"
 
 
 class PrefectRefused(RuntimeError):
     """The Prefect API refused this process's credentials (401); the message says what to set."""
+
+
+def auth_headers() -> dict[str, str]:
+    """The credentials the local Prefect settings carry (API key or basic auth string)."""
+    api = get_current_settings().api
+    if api.key:
+        return {"Authorization": f"Bearer {api.key.get_secret_value()}"}
+    if api.auth_string:
+        token = base64.b64encode(api.auth_string.get_secret_value().encode()).decode()
+        return {"Authorization": f"Basic {token}"}
+    return {}
 
 
 def probe(api_url: str, headers: dict[str, str], *, timeout_s: float) -> httpx.Response:

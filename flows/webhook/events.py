@@ -11,18 +11,18 @@ without a websocket; read back with `POST /api/events/filter` (pages of 50).
 
 from __future__ import annotations
 
-import base64
 import datetime as dt
 import time
 import uuid
 from typing import Any
 
 import httpx
-
-# Imported with this module, not on the first emit: importing Prefect takes seconds and
-# holds the import lock, which would stall a relay's every thread in mid-delivery.
-from prefect.settings import get_current_settings
 from pydantic import BaseModel
+
+# Imported with this module (it imports Prefect), not on the first emit: importing Prefect
+# takes seconds and holds the import lock, which would stall a relay's every thread in
+# mid-delivery.
+from flows.prefect_access import auth_headers
 
 MERGE_EVENT = "handoff.merge"
 PROBE_EVENT = "handoff.probe"
@@ -96,17 +96,6 @@ def build_event(merge: MergeEvent, *, occurred: dt.datetime) -> dict[str, Any]:
         ],
         "payload": merge.model_dump(mode="json"),
     }
-
-
-def auth_headers() -> dict[str, str]:
-    """The credentials the local Prefect settings carry (API key or basic auth string)."""
-    api = get_current_settings().api
-    if api.key:
-        return {"Authorization": f"Bearer {api.key.get_secret_value()}"}
-    if api.auth_string:
-        token = base64.b64encode(api.auth_string.get_secret_value().encode()).decode()
-        return {"Authorization": f"Basic {token}"}
-    return {}
 
 
 def emit_events(

@@ -13,8 +13,7 @@ from typing import Literal
 
 import httpx
 
-from flows.prefect_access import PROBE, probe
-from flows.webhook.events import auth_headers
+from flows.prefect_access import PROBE, auth_headers, probe
 
 
 class PrefectAuthProblem(Exception):
