@@ -12,7 +12,7 @@ apply's ledger write and its closing check.
 The coder-14b-fp16 handoff goes in place (one GPU: its old pods stop before the
 candidate starts, a downtime the plan declares): its cells hit the step that stops the
 old pods (the apply: the ledger records the outage's start and not yet the candidate
-applied) and the swap that ends the outage. There the rule is that the Service selects one
+applied). There the rule is that the Service selects one
 ready workload or none only inside a declared outage: clients' failures and empty
 Endpoints are allowed only from the old pods' stop for at most the declared bound.
 """
@@ -64,16 +64,13 @@ CELLS: list[Cell] = [
         Cell("kube-apiserver down 10 s", step, faults.apiserver_down(10), ANY)
         for step in ("plan", "apply")
     ),
-    # In place: the old pods stopping, and the swap that ends the outage.
-    *(
-        Cell(
-            "flow SIGKILL",
-            f"in place: {step}",
-            faults.sigkill,
-            frozenset({STOPPED}),
-            target=IN_PLACE,
-        )
-        for step in ("old pods stop", "swap")
+    # In place: the old pods stopping (the outage begins).
+    Cell(
+        "flow SIGKILL",
+        "in place: old pods stop",
+        faults.sigkill,
+        frozenset({STOPPED}),
+        target=IN_PLACE,
     ),
     Cell(
         "flow SIGTERM",

@@ -44,7 +44,6 @@ STEP_PHASE = {
     "scale": "swapped",
     "retire": "scaled",
     "rollback": "rolling-back",  # the gates made to fail
-    "in place: swap": "gated",  # in place the gates' pass swaps at once
 }
 DONE, ROLLED_BACK, STOPPED = "done", "rolled-back", "stopped"
 
