@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import HTTPError as Urllib3Error
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +72,10 @@ class EventRecorder:
                     pod.name,
                     exc.reason,
                 )
+        except Urllib3Error as exc:  # the API server is down: an event is not worth a retry
+            log.warning(
+                "event %s for pod %s/%s not posted: %r", reason, pod.namespace, pod.name, exc
+            )
 
     def _bump(self, pod: PodRef, name: str, count: int) -> bool:
         body = {"count": count + 1, "lastTimestamp": _now()}

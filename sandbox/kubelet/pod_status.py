@@ -14,6 +14,7 @@ from typing import Protocol
 from kubernetes import client
 from kubernetes.client import V1Pod
 from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import HTTPError as Urllib3Error
 
 from sandbox.kubelet.context import NodeContext
 from sandbox.kubelet.partition import is_partitioned
@@ -87,6 +88,9 @@ class PodStatusWriter:
             log.warning(
                 "status of pod %s/%s not written (retried): %s", namespace, name, exc.reason
             )
+            return True
+        except Urllib3Error as exc:  # the API server is down: post it again next tick
+            log.warning("status of pod %s/%s not written (retried): %r", namespace, name, exc)
             return True
         self._last = body
         return True

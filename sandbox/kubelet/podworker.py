@@ -20,6 +20,7 @@ from collections.abc import Callable
 from kubernetes import client
 from kubernetes.client import V1Pod
 from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import HTTPError as Urllib3Error
 
 from sandbox.kubelet.container import ContainerRunner
 from sandbox.kubelet.context import NodeContext
@@ -30,7 +31,7 @@ from sandbox.kubelet.runtime import RunningPod
 log = logging.getLogger(__name__)
 TICK_S = 0.1
 GONE_GRACE_S = 2.0  # a pod deleted without a graceful deletion still gets SIGTERM first
-DELETE_ATTEMPTS = 30
+DELETE_ATTEMPTS = 120  # 1 s apart: an API server restarted under load takes a while
 
 
 class PodWorker:
@@ -170,12 +171,15 @@ class PodWorker:
             except ApiException as exc:
                 if exc.status in (404, 409):  # gone already, or the name has a new uid
                     return
-                log.warning(
-                    "pod %s/%s not deleted (attempt %d): %s",
-                    self.ref.namespace,
-                    self.ref.name,
-                    attempt + 1,
-                    exc.reason,
-                )
+                reason = exc.reason
+            except Urllib3Error as exc:  # the API server is down: try again
+                reason = repr(exc)
+            log.warning(
+                "pod %s/%s not deleted (attempt %d): %s",
+                self.ref.namespace,
+                self.ref.name,
+                attempt + 1,
+                reason,
+            )
             if self._wake.wait(1.0) and self._shutdown_grace is not None:
                 return
