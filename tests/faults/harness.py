@@ -411,11 +411,14 @@ def _check_service(
     bad = [s for s in routes.not_one_workload() if s[1] or not _inside(s[0], windows)]
     assert routes.samples and not bad, f"{cell.key}: Service routes {bad[:3]}"
     if cell.service_gone:  # never recreated; the Deployments put back as they were
-        assert not _service_exists(kube, ns), f"{cell.key}: the Service was recreated"
+        assert not _service_exists(kube, ns, cell.target.service), (
+            f"{cell.key}: the Service was recreated"
+        )
         replicas = {
             d.metadata.name: d.spec.replicas for d in kube.apps.list_namespaced_deployment(ns).items
         }
-        assert replicas[LIVE] == 1 and replicas.get(CANDIDATE, 0) == 0, (cell.key, replicas)
+        live, candidate = cell.target.live, cell.target.candidate
+        assert replicas[live] == 1 and replicas.get(candidate, 0) == 0, (cell.key, replicas)
         return
     service = cell.target.service
     annotations = kube.core.read_namespaced_service(service, ns).metadata.annotations or {}
