@@ -11,10 +11,9 @@ from kubernetes import client
 
 from sandbox import controlplane, procs
 from sandbox.state import SandboxState, write_state
-from tests.kubelet import objects
 from tests.kubelet.conftest import SandboxImages, SandboxKubelet
 from tests.kubelet.test_lifecycle import _container_process
-from tests.kubelet.test_prestop import _wait_file
+from tests.kubelet.test_prestop import _pod_with_hook, _wait_file
 from tests.kubelet.waits import is_ready, wait_for, wait_pod
 
 
@@ -28,14 +27,11 @@ def test_a_pod_stopping_during_an_outage_is_removed_once_the_server_is_back(
 ) -> None:
     assert sandbox.control_plane is not None, "the test needs the session's own control plane"
     started = tmp_path / "started"
-    main = objects.container(images.cadence)
     # The hook holds the stop until the server is down; the container then stops, and
     # the kubelet's status writes meet the outage.
-    main["lifecycle"] = {
-        "preStop": {"exec": {"command": ["sh", "-c", f"touch {started}; sleep 2"]}}
-    }
+    hook = ["sh", "-c", f"touch {started}; sleep 2"]
     core.create_namespaced_pod(
-        namespace, objects.pod("stopping", objects.pod_spec(main, grace_s=30))
+        namespace, _pod_with_hook("stopping", images.cadence, hook, grace_s=30)
     )
     wait_pod(core, namespace, "stopping", is_ready, timeout_s=60, what="Ready")
     server = _container_process(kubelet.run_dir, namespace, "stopping")
