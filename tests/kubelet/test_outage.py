@@ -12,9 +12,8 @@ from kubernetes import client
 from sandbox import controlplane, procs
 from sandbox.state import SandboxState, write_state
 from tests.kubelet.conftest import SandboxImages, SandboxKubelet
-from tests.kubelet.test_lifecycle import _container_process
-from tests.kubelet.test_prestop import _pod_with_hook, _wait_file
-from tests.kubelet.waits import is_ready, wait_for, wait_pod
+from tests.kubelet.test_prestop import delete_hooked_pod
+from tests.kubelet.waits import wait_for
 
 
 def test_a_pod_stopping_during_an_outage_is_removed_once_the_server_is_back(
@@ -30,13 +29,9 @@ def test_a_pod_stopping_during_an_outage_is_removed_once_the_server_is_back(
     # The hook holds the stop until the server is down; the container then stops, and
     # the kubelet's status writes meet the outage.
     hook = ["sh", "-c", f"touch {started}; sleep 2"]
-    core.create_namespaced_pod(
-        namespace, _pod_with_hook("stopping", images.cadence, hook, grace_s=30)
+    server = delete_hooked_pod(
+        core, namespace, kubelet, images, "stopping", hook=hook, started=started, grace_s=30
     )
-    wait_pod(core, namespace, "stopping", is_ready, timeout_s=60, what="Ready")
-    server = _container_process(kubelet.run_dir, namespace, "stopping")
-    core.delete_namespaced_pod("stopping", namespace)
-    _wait_file(started, timeout_s=10)
     try:
         with controlplane.apiserver_outage(sandbox.control_plane):
             deadline = time.monotonic() + 20

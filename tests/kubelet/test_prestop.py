@@ -29,6 +29,29 @@ def _wait_file(path: Path, timeout_s: float) -> None:
         time.sleep(0.05)
 
 
+def delete_hooked_pod(
+    core: client.CoreV1Api,
+    namespace: str,
+    kubelet: SandboxKubelet,
+    images: SandboxImages,
+    name: str,
+    *,
+    hook: list[str],
+    started: Path,
+    grace_s: int,
+) -> procs.ProcessRecord:
+    """A Ready pod with `hook` as its preStop, deleted; its server's process once the
+    hook (which must touch `started`) runs."""
+    core.create_namespaced_pod(
+        namespace, _pod_with_hook(name, images.cadence, hook, grace_s=grace_s)
+    )
+    wait_pod(core, namespace, name, is_ready, timeout_s=60, what="Ready")
+    server = _container_process(kubelet.run_dir, namespace, name)
+    core.delete_namespaced_pod(name, namespace)
+    _wait_file(started, timeout_s=10)
+    return server
+
+
 def test_pre_stop_hook_runs_before_the_server_is_stopped(
     core: client.CoreV1Api,
     namespace: str,
@@ -38,13 +61,9 @@ def test_pre_stop_hook_runs_before_the_server_is_stopped(
 ) -> None:
     started, finished = tmp_path / "started", tmp_path / "finished"
     hook = ["sh", "-c", f"touch {started}; sleep 2; touch {finished}"]
-    core.create_namespaced_pod(
-        namespace, _pod_with_hook("hooked", images.cadence, hook, grace_s=10)
+    server = delete_hooked_pod(
+        core, namespace, kubelet, images, "hooked", hook=hook, started=started, grace_s=10
     )
-    wait_pod(core, namespace, "hooked", is_ready, timeout_s=60, what="Ready")
-    server = _container_process(kubelet.run_dir, namespace, "hooked")
-    core.delete_namespaced_pod("hooked", namespace)
-    _wait_file(started, timeout_s=10)
     assert procs.is_alive(server), "the server was stopped while its preStop hook ran"
     deadline = time.monotonic() + 20
     while procs.is_alive(server):
