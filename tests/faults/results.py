@@ -2,12 +2,14 @@
 
 `HANDOFF_FAULTS_RESULTS=FILE` names the file (tests/faults/results.json is the one the
 README's table is rendered from); without it each run writes a new file under
-~/.cache/handoff/faults/.
+~/.cache/handoff/faults/ (one for all the workers of a pytest-xdist run).
 Rows are keyed by (fault, step): a run of some cells updates those and keeps the rest.
+Workers merge under a lock, so no row is lost when two cells end at once.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import time
@@ -22,7 +24,9 @@ def results_path() -> Path:
     """The file named by the environment, else a new one per run under the cache (pytest's
     temporary folders are removed after a few runs)."""
     chosen = os.environ.get(ENV)
-    stamp = time.strftime("%Y%m%dT%H%M%S")
+    # xdist's workers share their run's id: one file for the run, not one per worker
+    run_id = os.environ.get("PYTEST_XDIST_TESTRUNUID", "")[:8]
+    stamp = time.strftime("%Y%m%dT%H%M%S") if not run_id else f"run-{run_id}"
     default = Path.home() / ".cache" / "handoff" / "faults" / f"results-{stamp}.json"
     return Path(chosen) if chosen else default
 
@@ -35,7 +39,13 @@ def merge(path: Path, row: dict[str, Any]) -> None:
     """Replace the row of the same cell (or add it), keeping the others; the row notes
     the machine's load while the cell ran (figures from a busy machine read differently)."""
     row = {**row, "load_1min": round(os.getloadavg()[0], 1), "cpus": os.cpu_count()}
-    rows = [r for r in load(path) if (r["fault"], r["step"]) != (row["fault"], row["step"])]
-    payload = {"cells": [*rows, row]}
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(payload, indent=1) + "\n")
+    with path.open("a+") as file:  # rewritten in place: the lock stays on the file
+        fcntl.flock(file, fcntl.LOCK_EX)
+        file.seek(0)
+        text = file.read()
+        kept = json.loads(text)["cells"] if text.strip() else []
+        rows = [r for r in kept if (r["fault"], r["step"]) != (row["fault"], row["step"])]
+        file.seek(0)
+        file.truncate()
+        file.write(json.dumps({"cells": [*rows, row]}, indent=1) + "\n")
