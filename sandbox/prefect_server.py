@@ -1,7 +1,8 @@
 """A local Prefect server for the sandbox, so the UI shows handoff runs and a paused
 run can be approved from the browser or from another process.
 
-Its database and settings live in the run directory (PREFECT_HOME), analytics off.
+Its database, settings and concurrency leases live in the run directory (PREFECT_HOME),
+analytics off.
 It answers only requests carrying the sandbox's `user:password` (PREFECT_SERVER_API_AUTH_STRING),
 made once per sandbox and kept in the run directory, readable by its owner only: anyone
 on the machine who reaches an open Prefect could start handoffs.
@@ -15,6 +16,10 @@ import sys
 from pathlib import Path
 
 from sandbox import procs
+
+# Prefect keeps concurrency leases in memory by default: a restart would forget them while
+# their slots stay counted, and nothing would free a Service's handoff slot (flows/slots.py).
+LEASE_STORAGE = "prefect.server.concurrency.lease_storage.filesystem"
 
 # A deadline, not a wait: a first start (migrations) on a busy 2-core machine takes minutes.
 READY_S = 300.0
@@ -60,6 +65,7 @@ def server_env(run_dir: Path, port: int, *, auth_string: str | None = None) -> d
         **auth,
         "PREFECT_HOME": str(home),
         "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        "PREFECT_SERVER_CONCURRENCY_LEASE_STORAGE": LEASE_STORAGE,
         "DO_NOT_TRACK": "1",
         "PREFECT_API_URL": "",
         "PREFECT_UI_ENABLED": "true",
