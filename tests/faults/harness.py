@@ -265,7 +265,7 @@ def _run_cell(stage: Stage, cell: Cell, front: RegistryFront | None) -> Result:
                 publish_tag(stage, spec_file)
             if pausing and process.poll() is None:
                 paused.answer(stage.env, "fault-matrix", "approved under a fault")
-            output = _finish(process, paused.output if pausing else None)
+            output = _finish(process, paused if pausing else None)
         finally:
             if process.poll() is None:
                 process.kill()
@@ -331,11 +331,11 @@ def publish_tag(stage: Stage, spec_file: Path) -> None:
     )
 
 
-def _finish(process: Any, drained: str | None, timeout_s: float = 420) -> str:
-    if drained is not None:  # PausingRun reads the output itself
+def _finish(process: Any, paused: PausingRun | None, timeout_s: float = 420) -> str:
+    if paused is not None:  # PausingRun reads the output itself: read it once it ends
         process.wait(timeout=timeout_s)
         time.sleep(0.5)
-        return drained
+        return paused.output
     output, _ = process.communicate(timeout=timeout_s)
     return output or ""
 
