@@ -1,10 +1,10 @@
 """The sandbox's Prefect requires credentials made once per sandbox, and the `handoff`
 commands that talk to Prefect use PREFECT_API_AUTH_STRING: without it (or with a wrong
-one) they stop before doing anything, naming the server, the 401 and what to set."""
+one) they stop before doing anything, naming the server, the 401 and what to set; with
+the credentials `handoff sandbox env` exports, `handoff run` hands a Service off."""
 
 from __future__ import annotations
 
-import base64
 import os
 import stat
 import subprocess
@@ -15,16 +15,16 @@ from pathlib import Path
 import httpx
 import pytest
 
+from flows.kube.client import Kube
+from flows.ledger import parse_ledger
 from sandbox import prefect_server
 from sandbox.state import SandboxState, write_state
-from tests.webhook.servers import PrefectServer
+from tests.webhook.servers import PrefectServer, basic_auth
+from tests.world import run_handoff, service, spec_in
 
 SPEC = Path(__file__).resolve().parents[2] / "manifests" / "handoffs" / "clef-candle.yaml"
 WRONG = {"PREFECT_API_AUTH_STRING": "handoff:wrong"}
-
-
-def _basic(auth: str) -> dict[str, str]:
-    return {"Authorization": "Basic " + base64.b64encode(auth.encode()).decode()}
+SMOKE_ONLY = {"parity": None, "latency": None}
 
 
 def _handoff(api: str, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
@@ -48,7 +48,7 @@ def _refused(result: subprocess.CompletedProcess[str], api: str) -> None:
 
 def _flow_run(server: PrefectServer) -> str:
     """A pending flow run, made with the credentials."""
-    with httpx.Client(headers=_basic(server.auth_string or ""), timeout=30) as http:
+    with httpx.Client(headers=server.headers, timeout=30) as http:
         flow = http.post(f"{server.api_url}/flows/", json={"name": "credentials-probe"})
         flow.raise_for_status()
         run = http.post(
@@ -64,7 +64,7 @@ def _flow_runs(server: PrefectServer) -> list[tuple[str, str]]:
     answer = httpx.post(
         f"{server.api_url}/flow_runs/filter",
         json={},
-        headers=_basic(server.auth_string or ""),
+        headers=server.headers,
         timeout=30,
     )
     answer.raise_for_status()
@@ -101,9 +101,8 @@ def test_the_sandbox_prefect_refuses_anonymous_requests_and_takes_its_credential
     stored = prefect_server.auth_string(authed_prefect.home.parent)
     assert stored and stored == authed_prefect.auth_string
     url = f"{authed_prefect.api_url}/flows/filter"
-    assert httpx.post(url, json={}, timeout=30).status_code == 401
-    assert httpx.post(url, json={}, headers=_basic("handoff:wrong"), timeout=30).status_code == 401
-    assert httpx.post(url, json={}, headers=_basic(stored), timeout=30).status_code == 200
+    for auth, status in ((None, 401), ("handoff:wrong", 401), (stored, 200)):
+        assert httpx.post(url, json={}, headers=basic_auth(auth), timeout=30).status_code == status
 
 
 @pytest.mark.slow  # a Prefect server of its own
@@ -157,3 +156,69 @@ def test_the_sandbox_env_gives_the_commands_its_credentials(
     assert result.returncode == 2 and "isn't paused" in output, output
     assert "401" not in output, output
     assert str(uuid.UUID(run_id)) in output
+
+
+def _cluster(kube: Kube, namespace: str) -> dict[str, object]:
+    """What a handoff writes in the namespace: its Services (as stored), the Deployments'
+    specs, Leases and Events on Services."""
+    core = kube.core
+    return {
+        "services": {
+            s.metadata.name: s.metadata.resource_version
+            for s in core.list_namespaced_service(namespace).items
+        },
+        "deployments": {
+            d.metadata.name: d.metadata.generation
+            for d in kube.apps.list_namespaced_deployment(namespace).items
+        },
+        "leases": kube.coordination.list_namespaced_lease(namespace).items,
+        "service events": core.list_namespaced_event(
+            namespace, field_selector="involvedObject.kind=Service"
+        ).items,
+    }
+
+
+def _anonymous(handoff_env: dict[str, str], api: str) -> dict[str, str]:
+    """handoff_env pointed at `api`, with no Prefect credentials."""
+    env = {k: v for k, v in handoff_env.items() if not k.startswith("PREFECT_API_")}
+    return env | {"PREFECT_API_URL": api}
+
+
+def test_a_handoff_run_without_the_credentials_changes_nothing_on_the_cluster(
+    authed_prefect: PrefectServer,
+    kube: Kube,
+    seeded: str,
+    handoff_env: dict[str, str],
+    tmp_path: Path,
+) -> None:
+    api = authed_prefect.api_url
+    spec_file = spec_in(seeded, "clef-candle", tmp_path, gates=SMOKE_ONLY)
+    cluster, runs = _cluster(kube, seeded), _flow_runs(authed_prefect)
+    result = run_handoff(spec_file, _anonymous(handoff_env, api), "--auto-approve")
+    _refused(result, api)
+    assert _cluster(kube, seeded) == cluster
+    assert _flow_runs(authed_prefect) == runs
+
+
+@pytest.mark.slow  # a whole handoff (smoke gate only), about a minute
+def test_a_handoff_run_with_the_sandbox_credentials_completes(
+    authed_prefect: PrefectServer,
+    kube: Kube,
+    seeded: str,
+    handoff_env: dict[str, str],
+    tmp_path: Path,
+) -> None:
+    api = authed_prefect.api_url
+    spec_file = spec_in(seeded, "clef-candle", tmp_path, gates=SMOKE_ONLY)
+    # The credentials as `handoff sandbox env` exports them for this server's run directory.
+    exported = prefect_server.client_env(authed_prefect.home.parent, api)
+    assert exported["PREFECT_API_AUTH_STRING"] == authed_prefect.auth_string
+    runs = _flow_runs(authed_prefect)
+    result = run_handoff(spec_file, _anonymous(handoff_env, api) | exported, "--auto-approve")
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-3000:]
+    ledger = parse_ledger(service(kube, seeded, "clef-serve").metadata.annotations)
+    assert ledger is not None and ledger.phase == "done", output[-3000:]
+    # The run is the one new flow run on this server, and it completed there.
+    new = sorted(set(_flow_runs(authed_prefect)) - set(runs))
+    assert [state for _, state in new] == ["COMPLETED"], new

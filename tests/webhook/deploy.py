@@ -17,6 +17,7 @@ import httpx
 import yaml
 
 from sandbox import procs
+from tests.webhook.servers import basic_auth
 from tests.webhook.specrepo import REPO, SpecRepo, git, merge_and_push
 
 POOL = "handoff-process"
@@ -50,30 +51,33 @@ def prefect_cli(api_url: str, *args: str, env: dict[str, str] | None = None) -> 
     return result.stdout
 
 
-def deploy_all(api_url: str, repository: Path) -> str:
-    """Create the work pools and deploy prefect.yaml; the process deployment's id."""
-    existing = prefect_cli(api_url, "work-pool", "ls")
+def deploy_all(api_url: str, repository: Path, *, auth: str | None = None) -> str:
+    """Create the work pools and deploy prefect.yaml (auth: the `user:password` the
+    server requires, if any); the process deployment's id."""
+    env = {"PREFECT_API_AUTH_STRING": auth} if auth else {}
+    existing = prefect_cli(api_url, "work-pool", "ls", env=env)
     for pool, kind in POOLS.items():
         if pool not in existing:
-            prefect_cli(api_url, "work-pool", "create", pool, "--type", kind)
-    prefect_cli(
-        api_url, "--no-prompt", "deploy", "--all", env={"HANDOFF_REPOSITORY": str(repository)}
+            prefect_cli(api_url, "work-pool", "create", pool, "--type", kind, env=env)
+    env["HANDOFF_REPOSITORY"] = str(repository)
+    prefect_cli(api_url, "--no-prompt", "deploy", "--all", env=env)
+    response = httpx.get(
+        f"{api_url}/deployments/name/{DEPLOYMENT}", headers=basic_auth(auth), timeout=30
     )
-    response = httpx.get(f"{api_url}/deployments/name/{DEPLOYMENT}", timeout=30)
     response.raise_for_status()
     return str(response.json()["id"])
 
 
-def remove_deployments(api_url: str) -> None:
+def remove_deployments(api_url: str, *, auth: str | None = None) -> None:
     """Deployments and their automations (automations outlive a deleted deployment)."""
-    found = httpx.post(f"{api_url}/automations/filter", json={}, timeout=30).json()
-    for automation in found:
-        if automation["name"].startswith("handoff-on-merge"):
-            httpx.delete(f"{api_url}/automations/{automation['id']}", timeout=30)
-    for name in (DEPLOYMENT, f"{DEPLOYMENT}-kubernetes"):
-        response = httpx.get(f"{api_url}/deployments/name/{name}", timeout=30)
-        if response.status_code == 200:
-            httpx.delete(f"{api_url}/deployments/{response.json()['id']}", timeout=30)
+    with httpx.Client(headers=basic_auth(auth), timeout=30) as http:
+        for automation in http.post(f"{api_url}/automations/filter", json={}).json():
+            if automation["name"].startswith("handoff-on-merge"):
+                http.delete(f"{api_url}/automations/{automation['id']}")
+        for name in (DEPLOYMENT, f"{DEPLOYMENT}-kubernetes"):
+            response = http.get(f"{api_url}/deployments/name/{name}")
+            if response.status_code == 200:
+                http.delete(f"{api_url}/deployments/{response.json()['id']}")
 
 
 @contextmanager

@@ -6,6 +6,7 @@ address so a browser can use it) and the relay app served by uvicorn in a thread
 
 from __future__ import annotations
 
+import base64
 import os
 import socket
 import sys
@@ -32,6 +33,18 @@ class PrefectServer(BaseModel):
     home: Path
     process: procs.ProcessRecord
     auth_string: str | None = None  # the `user:password` it requires, if any
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """What a client sends with PREFECT_API_AUTH_STRING set to its auth_string."""
+        return basic_auth(self.auth_string)
+
+
+def basic_auth(auth_string: str | None) -> dict[str, str]:
+    """The Authorization header Prefect's clients send for a `user:password` (none: {})."""
+    if not auth_string:
+        return {}
+    return {"Authorization": "Basic " + base64.b64encode(auth_string.encode()).decode()}
 
 
 def start_prefect(run_dir: Path, *, protected: bool = False) -> PrefectServer:

@@ -1,12 +1,11 @@
 """A Prefect server started with authentication (PREFECT_SERVER_API_AUTH_STRING): the
-relay, a worker and the prefect CLI authenticate with PREFECT_API_AUTH_STRING, and an
-event posted without it is refused. The relay refuses to start against an API that
-accepts anyone, or that refuses its credentials (exit 2, saying what to set), unless
-given --insecure-prefect."""
+relay, the prefect CLI, a worker and the flow runs it starts authenticate with
+PREFECT_API_AUTH_STRING, and an event posted without it is refused. The relay refuses
+to start against an API that accepts anyone, or that refuses its credentials (exit 2,
+saying what to set), unless given --insecure-prefect."""
 
 from __future__ import annotations
 
-import base64
 import os
 import subprocess
 import sys
@@ -19,13 +18,22 @@ from prefect.settings import PREFECT_API_AUTH_STRING, PREFECT_API_URL, temporary
 from flows.webhook.events import read_merge_events, wait_persisted
 from sandbox import procs
 from tests.webhook.conftest import SECRET
-from tests.webhook.deploy import wait_until
+from tests.webhook.deploy import (
+    deploy_all,
+    models_repository,
+    remove_deployments,
+    wait_until,
+    worker,
+)
 from tests.webhook.payloads import deliver, push_body
 from tests.webhook.servers import PrefectServer, relay_process
 from tests.webhook.specrepo import SpecRepo
 from tests.webhook.test_relay import ALPHA_MANIFEST
 
 pytestmark = pytest.mark.timeout(600)  # a Prefect server of its own
+# A spec in the repository's specs directory, as a merge's event names it.
+SPEC = "manifests/handoffs/clef-candle.yaml"
+FINAL = {"COMPLETED", "FAILED", "CANCELLED", "CRASHED"}
 
 
 def _serve(
@@ -96,29 +104,28 @@ def test_relay_worker_and_cli_authenticate_and_others_are_refused(
     # The open door is shut: an event, or a read, without the credentials is refused.
     forged = httpx.post(f"{authed_prefect.api_url}/events", json=[], timeout=30)
     assert forged.status_code == 401
-    # The prefect CLI and a worker, with the credentials.
-    cli_env = {**os.environ, "PREFECT_API_URL": authed_prefect.api_url, **env}
-    pool = subprocess.run(
-        [sys.executable, "-m", "prefect", "work-pool", "create", "authed", "--type", "process"],
-        env=cli_env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert pool.returncode == 0, pool.stdout + pool.stderr
-    argv = [sys.executable, "-m", "prefect", "worker", "start", "--pool", "authed"]
-    worker = procs.spawn("worker", argv, tmp_path / "worker.log", env=cli_env)
+    # prefect.yaml deployed with the prefect CLI, and a process worker running a merge's
+    # run of it: the flow's own requests (its newest-merge check writes a probe event,
+    # tags its run and reads the Service's merge events) carry the credentials too.
+    repository = models_repository(tmp_path)
+    trigger = {"source": "forgejo", "delivery_id": "d-authed", "merge_commit": "a" * 40}
     try:
-        headers = {"Authorization": "Basic " + base64.b64encode(auth.encode()).decode()}
-
-        def workers() -> list[object]:
-            answer = httpx.post(
-                f"{authed_prefect.api_url}/work_pools/authed/workers/filter",
-                headers=headers,
-                timeout=10,
+        deployment = deploy_all(authed_prefect.api_url, repository.bare, auth=auth)
+        with httpx.Client(headers=authed_prefect.headers, timeout=30) as http:
+            created = http.post(
+                f"{authed_prefect.api_url}/deployments/{deployment}/create_flow_run",
+                json={"parameters": {"spec_file": SPEC, "trigger": trigger}},
             )
-            return answer.json() if answer.status_code == 200 else []
+            assert created.status_code == 201, created.text
+            run_url = f"{authed_prefect.api_url}/flow_runs/{created.json()['id']}"
 
-        assert wait_until(workers, timeout_s=90, what="the worker's heartbeat")
+            def ended() -> dict[str, object] | None:
+                state = http.get(run_url).json()["state"]
+                return state if state["type"] in FINAL else None
+
+            with worker(authed_prefect.api_url, {**os.environ, **env}, tmp_path / "worker.log"):
+                state = wait_until(ended, timeout_s=240, what="the deployment's run")
     finally:
-        procs.stop(worker)
+        remove_deployments(authed_prefect.api_url, auth=auth)
+    assert state["type"] == "CANCELLED", state
+    assert "not among the Service's merge events" in str(state["message"]), state
