@@ -10,6 +10,7 @@ import stat
 import subprocess
 import sys
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -178,43 +179,39 @@ def _cluster(kube: Kube, namespace: str) -> dict[str, object]:
     }
 
 
-def _anonymous(handoff_env: dict[str, str], api: str) -> dict[str, str]:
-    """handoff_env pointed at `api`, with no Prefect credentials."""
+RunClef = Callable[[dict[str, str]], subprocess.CompletedProcess[str]]
+
+
+@pytest.fixture
+def run_clef(
+    seeded: str, tmp_path: Path, handoff_env: dict[str, str], authed_prefect: PrefectServer
+) -> RunClef:
+    """`handoff run --auto-approve` of clef-candle in the seeded namespace (smoke gate
+    only) against the authenticated Prefect, with the credentials given."""
+    spec_file = spec_in(seeded, "clef-candle", tmp_path, gates=SMOKE_ONLY)
     env = {k: v for k, v in handoff_env.items() if not k.startswith("PREFECT_API_")}
-    return env | {"PREFECT_API_URL": api}
+    env["PREFECT_API_URL"] = authed_prefect.api_url
+    return lambda credentials: run_handoff(spec_file, env | credentials, "--auto-approve")
 
 
 def test_a_handoff_run_without_the_credentials_changes_nothing_on_the_cluster(
-    authed_prefect: PrefectServer,
-    kube: Kube,
-    seeded: str,
-    handoff_env: dict[str, str],
-    tmp_path: Path,
+    authed_prefect: PrefectServer, kube: Kube, seeded: str, run_clef: RunClef
 ) -> None:
-    api = authed_prefect.api_url
-    spec_file = spec_in(seeded, "clef-candle", tmp_path, gates=SMOKE_ONLY)
     cluster, runs = _cluster(kube, seeded), _flow_runs(authed_prefect)
-    result = run_handoff(spec_file, _anonymous(handoff_env, api), "--auto-approve")
-    _refused(result, api)
+    _refused(run_clef({}), authed_prefect.api_url)
     assert _cluster(kube, seeded) == cluster
     assert _flow_runs(authed_prefect) == runs
 
 
-@pytest.mark.slow  # a whole handoff (smoke gate only), about a minute
+@pytest.mark.slow  # a whole handoff (smoke gate only), a minute or more
 def test_a_handoff_run_with_the_sandbox_credentials_completes(
-    authed_prefect: PrefectServer,
-    kube: Kube,
-    seeded: str,
-    handoff_env: dict[str, str],
-    tmp_path: Path,
+    authed_prefect: PrefectServer, kube: Kube, seeded: str, run_clef: RunClef
 ) -> None:
-    api = authed_prefect.api_url
-    spec_file = spec_in(seeded, "clef-candle", tmp_path, gates=SMOKE_ONLY)
     # The credentials as `handoff sandbox env` exports them for this server's run directory.
-    exported = prefect_server.client_env(authed_prefect.home.parent, api)
+    exported = prefect_server.client_env(authed_prefect.home.parent, authed_prefect.api_url)
     assert exported["PREFECT_API_AUTH_STRING"] == authed_prefect.auth_string
     runs = _flow_runs(authed_prefect)
-    result = run_handoff(spec_file, _anonymous(handoff_env, api) | exported, "--auto-approve")
+    result = run_clef(exported)
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-3000:]
     ledger = parse_ledger(service(kube, seeded, "clef-serve").metadata.annotations)
