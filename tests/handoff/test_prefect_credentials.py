@@ -10,11 +10,16 @@ import stat
 import subprocess
 import sys
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
 import pytest
+from prefect import flow, get_client
+from prefect.client.orchestration import SyncPrefectClient
+from prefect.settings import PREFECT_API_AUTH_STRING, PREFECT_API_URL, temporary_settings
+from prefect.states import Pending
 
 from flows.kube.client import Kube
 from flows.ledger import parse_ledger
@@ -47,29 +52,32 @@ def _refused(result: subprocess.CompletedProcess[str], api: str) -> None:
     assert "set PREFECT_API_AUTH_STRING" in output and "Traceback" not in output, output
 
 
+@flow(name="credentials-probe")
+def _probe() -> None:
+    """Never run: a flow for pending runs to belong to."""
+
+
+@contextmanager
+def _client(server: PrefectServer) -> Iterator[SyncPrefectClient]:
+    """Prefect's own client with the credentials (it retries a busy server's 503s)."""
+    settings = {PREFECT_API_URL: server.api_url, PREFECT_API_AUTH_STRING: server.auth_string}
+    with temporary_settings(settings), get_client(sync_client=True) as client:
+        yield client
+
+
 def _flow_run(server: PrefectServer) -> str:
     """A pending flow run, made with the credentials."""
-    with httpx.Client(headers=server.headers, timeout=30) as http:
-        flow = http.post(f"{server.api_url}/flows/", json={"name": "credentials-probe"})
-        flow.raise_for_status()
-        run = http.post(
-            f"{server.api_url}/flow_runs/",
-            json={"flow_id": flow.json()["id"], "state": {"type": "PENDING"}},
-        )
-        run.raise_for_status()
-        return str(run.json()["id"])
+    with _client(server) as client:
+        return str(client.create_flow_run(_probe, state=Pending()).id)
 
 
 def _flow_runs(server: PrefectServer) -> list[tuple[str, str]]:
     """Each flow run's id and state (what a run or a resume would change)."""
-    answer = httpx.post(
-        f"{server.api_url}/flow_runs/filter",
-        json={},
-        headers=server.headers,
-        timeout=30,
+    with _client(server) as client:
+        runs = client.read_flow_runs()
+    return sorted(
+        (str(run.id), str(run.state_type.value if run.state_type else None)) for run in runs
     )
-    answer.raise_for_status()
-    return sorted((run["id"], run["state_type"]) for run in answer.json())
 
 
 def test_each_sandbox_gets_its_own_credentials_readable_by_its_owner_only(
@@ -203,7 +211,7 @@ def test_a_handoff_run_without_the_credentials_changes_nothing_on_the_cluster(
     assert _flow_runs(authed_prefect) == runs
 
 
-@pytest.mark.slow  # a whole handoff (smoke gate only), a minute or more
+@pytest.mark.slow  # a whole handoff (smoke gate only): about a minute with its namespace
 def test_a_handoff_run_with_the_sandbox_credentials_completes(
     authed_prefect: PrefectServer, kube: Kube, seeded: str, run_clef: RunClef
 ) -> None:
