@@ -14,6 +14,7 @@ from prefect.exceptions import Abort, TerminationSignal
 from prefect.runtime import deployment
 from prefect.states import Cancelled
 
+from flows import signals
 from flows.newest import Superseded, ensure_newest, is_merge
 from flows.report.record import HandoffRecord, Trigger
 from flows.session import begin, finish
@@ -71,6 +72,7 @@ def handoff(
             on_turn=(lambda: ensure_newest(spec, trigger, or_raise=True)) if merge else None,
         ) as run:
             try:
+                signals.deliver(run.cancelled)  # a cancellation met by the ledger's write
                 pinned = wait_for_image(run)
                 approve_plan(run, auto=auto_approve)
                 apply_at_zero(run, pinned)

@@ -39,6 +39,8 @@ class HandoffRun:
     notifier: Notifier | None = None  # the spec's notify.block
     spans: list[StepSpan] = field(default_factory=list)  # each step's start and length
     ready: ReadyEndpoints | None = None  # the Service's ready endpoints, sampled
+    # Signals held back while the ledger was first written, delivered as the steps begin.
+    cancelled: list[int] = field(default_factory=list)
 
     def advance(self, phase: Phase, **changes: Any) -> None:
         """Record that the handoff reached `phase` (no-op if it already had)."""

@@ -17,6 +17,7 @@ from prefect.artifacts import (
 )
 from prefect.runtime import flow_run
 
+from flows import signals
 from flows.kube import read
 from flows.kube.client import Kube, connect
 from flows.lease import ServiceLease, read_holder
@@ -72,19 +73,25 @@ def begin(
         with ServiceLease(kube, spec.namespace, spec.service, holder, wait_for=wait_for) as lease:
             # Every write of the run passes the Lease's fence: a lost Lease stops it.
             fenced = dataclasses.replace(kube, fence=lease.check)
-            run = start_or_resume(fenced, spec, plan, run_id=holder)
-            run.notifier = notifier
             # Outside an event loop, as here, Prefect's create returns the id, not a coroutine
             progress = cast(
                 uuid.UUID,
                 create_progress_artifact(progress=0.0, description=f"handoff {spec.name}"),
             )
-            run.on_progress = lambda pct: update_progress_artifact(progress, pct)
+            run: HandoffRun | None = None
             try:
-                with ReadyEndpoints(lambda: _ready_count(kube, spec)) as run.ready:
+                with ReadyEndpoints(lambda: _ready_count(kube, spec)) as ready:
+                    # The ledger's write comes last, right before the steps: a failure or
+                    # a cancellation from there on rolls back (flows/handoff.py), one
+                    # that meets the write too, held back until the steps begin.
+                    with signals.held() as cancelled:
+                        run = start_or_resume(fenced, spec, plan, run_id=holder)
+                    run.notifier, run.ready, run.cancelled = notifier, ready, cancelled
+                    run.on_progress = lambda pct: update_progress_artifact(progress, pct)
                     yield run
             finally:  # done, rolled back, failed or cancelled: the run is over either way
-                _complete(progress, f"handoff {spec.name}: {run.ledger.phase}")
+                ended = run.ledger.phase if run is not None else "not started"
+                _complete(progress, f"handoff {spec.name}: {ended}")
     kube.close()
 
 

@@ -3,22 +3,27 @@
 Cancelled (SIGTERM, as a Prefect worker sends on a cancellation) in place, where the old
 pods were already stopped, it rolls back before it exits: the previous spec comes back,
 the Service serves again, the ledger ends rolled back instead of pointing at a
-half-done step, and the history records it. Killed outright in the middle of its
-rollback, the next run of the same spec finishes that rollback instead of walking the
-handoff forward again."""
+half-done step, and the history records it. Cancelled as soon as its ledger is written,
+before any other change, it rolls back as well (with nothing to undo). Killed outright
+in the middle of its rollback, the next run of the same spec finishes that rollback
+instead of walking the handoff forward again."""
 
 from __future__ import annotations
 
 import os
 import signal
 import time
+import uuid
 from pathlib import Path
+from urllib.parse import urlparse
 
 import pytest
 
 from flows.kube.client import Kube
-from flows.ledger import history_entries, parse_ledger
+from flows.ledger import Ledger, history_entries, parse_ledger
+from sandbox.state import SandboxState
 from tests.handoff.pauses import IMPOSSIBLE, RELAXED
+from tests.webhook.slowproxy import slow_relay
 from tests.world import (
     LEASE_S,
     await_phase,
@@ -43,23 +48,50 @@ def test_sigterm_mid_handoff_rolls_back_and_the_service_serves_again(
 ) -> None:
     spec_file = spec_in(seeded, "coder-14b-fp16", tmp_path, gates=RELAXED)
     before = kube.apps.read_namespaced_deployment("candle-vllm", seeded).spec.template
-    with handoff_process(spec_file, handoff_env, "--auto-approve") as run:
-        await_phase(kube, seeded, "coder-predictor", "applied", run)
-        os.kill(run.pid, signal.SIGTERM)
-        output, _ = run.communicate(timeout=300)
-    assert run.returncode != 0, output[-3000:]
-    annotations = service(kube, seeded, "coder-predictor").metadata.annotations
-    ledger = parse_ledger(annotations)
-    assert ledger is not None and ledger.phase == "rolled-back", output[-3000:]
-    # A cancelled handoff is in the audit trail like any other.
-    entry = history_entries(annotations)[-1]
-    assert entry["handoff_id"] == ledger.handoff_id and entry["outcome"] == "rolled-back"
+    ledger = _cancelled_at("applied", kube, seeded, "coder-predictor", spec_file, handoff_env)
     # The cause is the TerminationSignal, or what Prefect's task engine raised when the
     # signal cut into a task's own set-up: either way the run rolled back.
     assert ledger.cause, ledger
     after = kube.apps.read_namespaced_deployment("candle-vllm", seeded).spec.template
     assert after == before
     _serves(kube, seeded)
+
+
+def test_sigterm_once_the_ledger_is_written_rolls_back(
+    kube: Kube,
+    seeded: str,
+    handoff_env: dict[str, str],
+    sandbox: SandboxState,
+    spare_gpus: str,
+    tmp_path: Path,
+) -> None:
+    """SIGTERM as soon as the ledger says `started` (the run then waits for an image not
+    published yet), with Prefect slow to create artifacts: the run rolls back."""
+    tag = f"sm70-{uuid.uuid4().hex[:8]}"  # never published: the run waits for it
+    spec_file = spec_in(seeded, "clef-candle", tmp_path, image={"tag": tag})
+    port = urlparse(sandbox.prefect_api_url).port
+    assert port is not None
+    with slow_relay(port, marker="POST /api/artifacts/", delay_s=2.0) as relay:
+        env = {**handoff_env, "PREFECT_API_URL": f"http://127.0.0.1:{relay}/api"}
+        _cancelled_at("started", kube, seeded, "clef-serve", spec_file, env)
+
+
+def _cancelled_at(
+    phase: str, kube: Kube, namespace: str, name: str, spec_file: Path, env: dict[str, str]
+) -> Ledger:
+    """SIGTERM the run once Service `name`'s ledger is at `phase`: the run fails, its
+    ledger ends rolled back, and the history records it like any other handoff."""
+    with handoff_process(spec_file, env, "--auto-approve") as run:
+        await_phase(kube, namespace, name, phase, run)
+        os.kill(run.pid, signal.SIGTERM)
+        output, _ = run.communicate(timeout=300)
+    assert run.returncode != 0, output[-3000:]
+    annotations = service(kube, namespace, name).metadata.annotations
+    ledger = parse_ledger(annotations)
+    assert ledger is not None and ledger.phase == "rolled-back", output[-3000:]
+    entry = history_entries(annotations)[-1]
+    assert entry["handoff_id"] == ledger.handoff_id and entry["outcome"] == "rolled-back"
+    return ledger
 
 
 @pytest.mark.slow  # a handoff, its gate failure and two rollbacks: 2-3 minutes
