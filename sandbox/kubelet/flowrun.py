@@ -8,7 +8,8 @@ Secret, ConfigMap or emptyDir volume is written under the pod's directory and bi
 at its mountPath, among them the ServiceAccount token Secret that the 1.20 admission
 plugin mounts at /var/run/secrets/kubernetes.io/serviceaccount (token, ca.crt,
 namespace). The mounts live in a private mount namespace of the container's process
-(``mountns.py``). The environment is the container's (literal values), plus
+(``mountns.py``). The environment is the container's (literal values, and the keys of
+Secrets and ConfigMaps its valueFrom names, read when the container starts), plus
 KUBERNETES_SERVICE_HOST/PORT naming the apiserver on loopback, so the flow's client
 loads in-cluster config and acts as the pod's ServiceAccount.
 """
@@ -22,7 +23,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from kubernetes import client
-from kubernetes.client import V1Container, V1PodSpec, V1Volume
+from kubernetes.client import V1Container, V1EnvVar, V1PodSpec, V1Volume
 from kubernetes.client.exceptions import ApiException
 
 from sandbox.kubelet.command import ContainerConfigError
@@ -120,10 +121,52 @@ def _environment(
         "KUBERNETES_SERVICE_PORT": str(api.port or 443),
     }
     for var in container.env or []:
-        if var.value_from is not None:
-            raise ContainerConfigError(
-                f"container {container.name}: env {var.name} uses valueFrom, which the "
-                "sandbox kubelet does not resolve; give it a value"
-            )
-        env[var.name] = var.value or ""
+        if var.value_from is None:
+            env[var.name] = var.value or ""
+        elif (value := _env_from_ref(ctx, pod, container, var)) is not None:
+            env[var.name] = value
     return env
+
+
+def _env_from_ref(
+    ctx: NodeContext, pod: PodRef, container: V1Container, var: V1EnvVar
+) -> str | None:
+    """The value of a secretKeyRef or configMapKeyRef, read from the API as a kubelet
+    reads it when it starts the container; None for an optional one that is missing."""
+    source = var.value_from
+    where = f"pod {pod.namespace}/{pod.name}: container {container.name}: env {var.name}"
+    if source.secret_key_ref is not None:
+        ref, kind = source.secret_key_ref, "secret"
+    elif source.config_map_key_ref is not None:
+        ref, kind = source.config_map_key_ref, "configmap"
+    else:
+        raise ContainerConfigError(
+            f"{where} uses a valueFrom the sandbox kubelet does not resolve (only "
+            "secretKeyRef and configMapKeyRef); give it a value"
+        )
+    core = client.CoreV1Api(ctx.api)
+    try:
+        if kind == "secret":
+            data = core.read_namespaced_secret(ref.name, pod.namespace).data or {}
+            value = base64.b64decode(data[ref.key]).decode() if ref.key in data else None
+        else:
+            value = (core.read_namespaced_config_map(ref.name, pod.namespace).data or {}).get(
+                ref.key
+            )
+    except ApiException as exc:
+        if exc.status != 404:
+            raise ContainerConfigError(
+                f'{where}: reading {kind} "{ref.name}" failed: {exc.status} {exc.reason}'
+            ) from exc
+        if ref.optional:
+            return None
+        raise ContainerConfigError(
+            f'{where}: {kind} "{ref.name}" not found in namespace {pod.namespace}; '
+            "create it or mark the reference optional"
+        ) from exc
+    if value is None and not ref.optional:
+        raise ContainerConfigError(
+            f'{where}: {kind} "{ref.name}" has no key "{ref.key}"; '
+            "add the key or mark the reference optional"
+        )
+    return value

@@ -17,6 +17,7 @@ from kubernetes import client
 from flows.kube.client import Kube
 from sandbox import flowimage
 from sandbox.state import SandboxState
+from tests.kubelet.waits import wait_pod, waiting_reason
 from tests.kubepool.jobs import exit_code, job_pods, wait_job_end
 from tests.rbac.conftest import install_identity, rbac_documents, remove_cluster_objects
 
@@ -97,3 +98,63 @@ def test_a_flow_image_job_runs_in_cluster_as_its_service_account(
 
     # The token was mounted for the pod's process only, never on the machine.
     assert not TOKEN.exists()
+
+
+def _env_pod(name: str, image: str, env: list[dict]) -> dict:  # type: ignore[type-arg]
+    show = "import os; print(sorted((k, v) for k, v in os.environ.items() if k.startswith('T_')))"
+    container = {"name": "flow", "image": image, "command": ["python", "-c", show], "env": env}
+    return {
+        "metadata": {"name": name},
+        "spec": {"restartPolicy": "Never", "containers": [container]},
+    }
+
+
+def test_a_flow_image_pod_takes_env_from_secrets_and_config_maps(
+    sandbox: SandboxState, kube: Kube, namespace: str
+) -> None:
+    """The kubelet resolves env valueFrom from the API as a kubelet does: a Secret's or a
+    ConfigMap's key, an optional one left unset; a missing one blocks the container."""
+    image = flowimage.publish(sandbox.registry_url or "")
+    kube.core.create_namespaced_secret(
+        namespace, {"metadata": {"name": "creds"}, "stringData": {"auth": "user:pa ss"}}
+    )
+    kube.core.create_namespaced_config_map(
+        namespace, {"metadata": {"name": "api"}, "data": {"url": "http://127.0.0.1:1/api"}}
+    )
+    env = [
+        {"name": "T_AUTH", "valueFrom": {"secretKeyRef": {"name": "creds", "key": "auth"}}},
+        {"name": "T_URL", "valueFrom": {"configMapKeyRef": {"name": "api", "key": "url"}}},
+        {"name": "T_PLAIN", "value": "x"},
+        {
+            "name": "T_OPTIONAL",
+            "valueFrom": {"secretKeyRef": {"name": "absent", "key": "k", "optional": True}},
+        },
+    ]
+    kube.core.create_namespaced_pod(namespace, _env_pod("env-ok", image, env))
+    missing = [{"name": "T_KEY", "valueFrom": {"secretKeyRef": {"name": "creds", "key": "nokey"}}}]
+    kube.core.create_namespaced_pod(namespace, _env_pod("env-missing", image, missing))
+
+    done = wait_pod(
+        kube.core,
+        namespace,
+        "env-ok",
+        lambda p: p.status.phase in ("Succeeded", "Failed"),
+        timeout_s=120,
+        what="ended",
+    )
+    log = kube.core.read_namespaced_pod_log("env-ok", namespace)
+    assert done.status.phase == "Succeeded", (done.status, log)
+    expected = [("T_AUTH", "user:pa ss"), ("T_PLAIN", "x"), ("T_URL", "http://127.0.0.1:1/api")]
+    assert log.strip() == str(expected), log
+
+    blocked = wait_pod(
+        kube.core,
+        namespace,
+        "env-missing",
+        lambda p: waiting_reason(p) == "CreateContainerConfigError",
+        timeout_s=120,
+        what="CreateContainerConfigError",
+    )
+    message = blocked.status.container_statuses[0].state.waiting.message
+    for part in ("env-missing", "container flow", "T_KEY", 'secret "creds"', '"nokey"'):
+        assert part in message, message
