@@ -18,7 +18,7 @@ from uuid import UUID
 from prefect import get_client
 from prefect.client.orchestration import SyncPrefectClient
 from prefect.client.schemas.objects import State
-from prefect.settings import PREFECT_API_URL, temporary_settings
+from prefect.settings import PREFECT_API_AUTH_STRING, PREFECT_API_URL, temporary_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 POOL = "handoff-kubernetes"
@@ -40,13 +40,16 @@ def prefect(env: dict[str, str], *args: str, timeout_s: float = 180) -> str:
     return output
 
 
-def deploy(api_url: str, image: str) -> str:
-    """The pool and prefect.yaml's Kubernetes deployment, as the README has them; its id."""
+def deploy(api_url: str, image: str, auth: str | None = None) -> str:
+    """The pool and prefect.yaml's Kubernetes deployment, as the README has them; its id.
+    auth: the `user:password` a server with authentication requires."""
     env = {**os.environ, "PREFECT_API_URL": api_url, "HANDOFF_FLOW_IMAGE": image}
+    if auth:
+        env["PREFECT_API_AUTH_STRING"] = auth
     env.setdefault("HANDOFF_REPOSITORY", str(ROOT))
     prefect(env, "work-pool", "create", POOL, "--type", "kubernetes", "--overwrite")
     prefect(env, "--no-prompt", "deploy", "--name", DEPLOYMENT)
-    with prefect_client(api_url) as c:
+    with prefect_client(api_url, auth) as c:
         return str(c.read_deployment_by_name(f"handoff/{DEPLOYMENT}").id)
 
 
@@ -86,26 +89,33 @@ def worker(api_url: str, kubeconfig: Path, namespace: str, log: Path) -> Iterato
 
 
 @contextmanager
-def prefect_client(api_url: str) -> Iterator[SyncPrefectClient]:
+def prefect_client(api_url: str, auth: str | None = None) -> Iterator[SyncPrefectClient]:
     """Prefect's own client (it retries the 503s of a busy SQLite server)."""
-    with temporary_settings({PREFECT_API_URL: api_url}), get_client(sync_client=True) as c:
+    settings = {PREFECT_API_URL: api_url, PREFECT_API_AUTH_STRING: auth}
+    with temporary_settings(settings), get_client(sync_client=True) as c:
         yield c
 
 
 def create_run(
-    api_url: str, deployment_id: str, parameters: dict[str, Any], job_variables: dict[str, Any]
+    api_url: str,
+    deployment_id: str,
+    parameters: dict[str, Any],
+    job_variables: dict[str, Any],
+    auth: str | None = None,
 ) -> str:
-    with prefect_client(api_url) as c:
+    with prefect_client(api_url, auth) as c:
         run = c.create_flow_run_from_deployment(
             UUID(deployment_id), parameters=parameters, job_variables=job_variables
         )
     return str(run.id)
 
 
-def wait_run(api_url: str, run_id: str, log: Path, timeout_s: float = 400) -> State:
+def wait_run(
+    api_url: str, run_id: str, log: Path, timeout_s: float = 400, auth: str | None = None
+) -> State:
     """The flow run's state once it is final."""
     deadline = time.monotonic() + timeout_s
-    with prefect_client(api_url) as c:
+    with prefect_client(api_url, auth) as c:
         while time.monotonic() < deadline:
             state = c.read_flow_run(UUID(run_id)).state
             if state is not None and state.is_final():
