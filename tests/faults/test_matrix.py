@@ -1,7 +1,8 @@
 """The fault matrix: every cell of tests/faults/cells.py against the sandbox.
 
 By default only the cells in cells.DEFAULT run; the whole matrix is
-`uv run --frozen pytest -m faults tests/faults` (README: "Faults"). Each cell's row is
+`uv run --frozen pytest -m faults tests/faults`, two cells at a time with `-n 2 --dist load`
+(README: "Faults"). Each cell's row is
 merged into the results file (tests/faults/results.py) the README's table is rendered from.
 """
 
