@@ -54,9 +54,12 @@ def client_env(run_dir: Path, api_url: str) -> dict[str, str]:
     return {"PREFECT_API_URL": api_url, **({"PREFECT_API_AUTH_STRING": secret} if secret else {})}
 
 
-def server_env(run_dir: Path, port: int, *, auth_string: str | None = None) -> dict[str, str]:
+def server_env(
+    run_dir: Path, port: int, *, auth_string: str | None = None, lease_storage: str = LEASE_STORAGE
+) -> dict[str, str]:
     """auth_string (`user:password`): the server then answers only requests carrying it
-    (clients set PREFECT_API_AUTH_STRING to the same)."""
+    (clients set PREFECT_API_AUTH_STRING to the same). lease_storage: Prefect's module for
+    concurrency leases (the sandbox's keeps them on disk)."""
     home = run_dir / "prefect"
     home.mkdir(parents=True, exist_ok=True)
     auth = {"PREFECT_SERVER_API_AUTH_STRING": auth_string} if auth_string else {}
@@ -65,7 +68,7 @@ def server_env(run_dir: Path, port: int, *, auth_string: str | None = None) -> d
         **auth,
         "PREFECT_HOME": str(home),
         "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-        "PREFECT_SERVER_CONCURRENCY_LEASE_STORAGE": LEASE_STORAGE,
+        "PREFECT_SERVER_CONCURRENCY_LEASE_STORAGE": lease_storage,
         "DO_NOT_TRACK": "1",
         "PREFECT_API_URL": "",
         "PREFECT_UI_ENABLED": "true",
@@ -77,7 +80,9 @@ def server_env(run_dir: Path, port: int, *, auth_string: str | None = None) -> d
     }
 
 
-def spawn(run_dir: Path, port: int | None = None) -> tuple[procs.ProcessRecord, str]:
+def spawn(
+    run_dir: Path, port: int | None = None, *, lease_storage: str = LEASE_STORAGE
+) -> tuple[procs.ProcessRecord, str]:
     """Start `prefect server start` on `port` (a restart keeps its port, its database and
     its credentials in run_dir), else a free loopback port; return (process, API URL)."""
     port = port or procs.free_port()
@@ -96,7 +101,9 @@ def spawn(run_dir: Path, port: int | None = None) -> tuple[procs.ProcessRecord, 
         "prefect-server",
         argv,
         run_dir / "logs" / "prefect-server.log",
-        env=server_env(run_dir, port, auth_string=auth_string(run_dir)),
+        env=server_env(
+            run_dir, port, auth_string=auth_string(run_dir), lease_storage=lease_storage
+        ),
     )
     return record, f"http://127.0.0.1:{port}/api"
 

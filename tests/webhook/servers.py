@@ -47,12 +47,14 @@ def basic_auth(auth_string: str | None) -> dict[str, str]:
     return {"Authorization": "Basic " + base64.b64encode(auth_string.encode()).decode()}
 
 
-def start_prefect(run_dir: Path, *, protected: bool = False) -> PrefectServer:
+def start_prefect(
+    run_dir: Path, *, protected: bool = False, lease_storage: str = prefect_server.LEASE_STORAGE
+) -> PrefectServer:
     """The Prefect server as the sandbox starts it; protected: requiring the credentials
-    made for run_dir, as `handoff sandbox up` does."""
+    made for run_dir, as `handoff sandbox up` does; lease_storage: as prefect_server.spawn."""
     if protected:
         prefect_server.protect(run_dir)
-    record, api = prefect_server.spawn(run_dir)
+    record, api = prefect_server.spawn(run_dir, lease_storage=lease_storage)
     try:
         prefect_server.wait_healthy(record, api)
     except BaseException:

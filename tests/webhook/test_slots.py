@@ -95,19 +95,21 @@ def test_a_slow_answer_from_prefect_is_not_a_busy_service(prefect: PrefectServer
     ],
 )
 def test_a_prefect_restart_does_not_keep_the_slot_of_the_run_that_held_it(
-    tmp_path: Path, lease_storage: str, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, lease_storage: str
 ) -> None:
     """The Prefect server restarted as the sandbox restarts it (its port, its database)
     while a run holds its Service's slot: the run goes on, and once it leaves the next run
     of the Service takes the slot at once."""
-    monkeypatch.setattr(prefect_server, "LEASE_STORAGE", lease_storage)
     namespace = f"slots-{uuid.uuid4().hex[:6]}"
-    server = start_prefect(tmp_path)
+    server = start_prefect(tmp_path, lease_storage=lease_storage)
     try:
         with temporary_settings({PREFECT_API_URL: server.api_url}):
             with service_slot(namespace, "svc", resuming=False):
                 procs.stop(server.process)
-                server.process, _ = prefect_server.spawn(tmp_path, urlparse(server.api_url).port)
+                port = urlparse(server.api_url).port
+                server.process, _ = prefect_server.spawn(
+                    tmp_path, port, lease_storage=lease_storage
+                )
                 prefect_server.wait_healthy(server.process, server.api_url)
             with service_slot(namespace, "svc", resuming=False):
                 pass
