@@ -77,6 +77,15 @@ def _volume(spec: V1PodSpec, name: str, container: V1Container) -> V1Volume:
     raise ContainerConfigError(f"container {container.name} mounts volume {name!r}, not in the pod")
 
 
+def _keys(core: client.CoreV1Api, kind: str, name: str, namespace: str) -> dict[str, bytes]:
+    """A Secret's (kind "secret") or a ConfigMap's keys and their bytes."""
+    if kind == "secret":
+        data = core.read_namespaced_secret(name, namespace).data or {}
+        return {k: base64.b64decode(v) for k, v in data.items()}
+    data = core.read_namespaced_config_map(name, namespace).data or {}
+    return {k: v.encode() for k, v in data.items()}
+
+
 def _project(ctx: NodeContext, pod: PodRef, volume: V1Volume, pod_dir: Path) -> Path:
     """Write the volume's files under the pod's directory; the directory to bind-mount."""
     target = pod_dir / "volumes" / volume.name
@@ -84,11 +93,9 @@ def _project(ctx: NodeContext, pod: PodRef, volume: V1Volume, pod_dir: Path) -> 
     core = client.CoreV1Api(ctx.api)
     try:
         if volume.secret is not None:
-            secret = core.read_namespaced_secret(volume.secret.secret_name, pod.namespace)
-            files = {k: base64.b64decode(v) for k, v in (secret.data or {}).items()}
+            files = _keys(core, "secret", volume.secret.secret_name, pod.namespace)
         elif volume.config_map is not None:
-            config_map = core.read_namespaced_config_map(volume.config_map.name, pod.namespace)
-            files = {k: v.encode() for k, v in (config_map.data or {}).items()}
+            files = _keys(core, "configmap", volume.config_map.name, pod.namespace)
         elif volume.empty_dir is not None:
             files = {}
         else:
@@ -146,13 +153,8 @@ def _env_from_ref(
         )
     core = client.CoreV1Api(ctx.api)
     try:
-        if kind == "secret":
-            data = core.read_namespaced_secret(ref.name, pod.namespace).data or {}
-            value = base64.b64decode(data[ref.key]).decode() if ref.key in data else None
-        else:
-            value = (core.read_namespaced_config_map(ref.name, pod.namespace).data or {}).get(
-                ref.key
-            )
+        raw = _keys(core, kind, ref.name, pod.namespace).get(ref.key)
+        value = raw.decode() if raw is not None else None
     except ApiException as exc:
         if exc.status != 404:
             raise ContainerConfigError(
