@@ -2,7 +2,10 @@
 
 The body holds what the kubelet owns: phase, the Initialized/ContainersReady/Ready
 conditions (PodScheduled, the scheduler's, is kept by the strategic merge), hostIP,
-podIP(s), startTime and containerStatuses. Nothing is sent when nothing changed.
+podIP(s), startTime and containerStatuses. Nothing is sent when nothing changed, unless
+someone else rewrote a condition the kubelet owns (the node controller marks the pods of a
+node it stopped hearing from not Ready): then it is sent again, as the real status
+manager's reconcile does, or the pod would stay not Ready after the node came back.
 """
 
 from __future__ import annotations
@@ -57,6 +60,7 @@ class PodStatusWriter:
         self._start_time = rfc3339(status.start_time) or now_rfc3339()
         self._restart_policy = pod.spec.restart_policy or "Always"
         self._last: Status | None = None
+        self._written_over: str | None = None  # the resourceVersion seen when last written
 
     def write(self, pod: V1Pod, containers: Sequence[HasStatus]) -> bool:
         """Patch the status if it changed; False when the pod no longer exists."""
@@ -77,7 +81,7 @@ class PodStatusWriter:
         if is_partitioned(self._kubelet_dir, pod.spec.node_name):
             self._last = None  # posted afresh once the node is back, as a status manager does
             return True
-        if body == self._last:
+        if body == self._last and not self._overwritten(pod):
             return True
         name, namespace = pod.metadata.name, pod.metadata.namespace
         try:
@@ -93,4 +97,14 @@ class PodStatusWriter:
             log.warning("status of pod %s/%s not written (retried): %r", namespace, name, exc)
             return True
         self._last = body
+        self._written_over = pod.metadata.resource_version
         return True
+
+    def _overwritten(self, pod: V1Pod) -> bool:
+        """Whether a newer pod object than the one last written over holds other
+        statuses for the kubelet's conditions than the ones last written."""
+        if self._last is None or pod.metadata.resource_version == self._written_over:
+            return False  # the watch has not yet brought anything newer than our write
+        ours = {c["type"]: c["status"] for c in self._last["status"]["conditions"]}
+        found = (pod.status and pod.status.conditions) or []
+        return {c.type: c.status for c in found if c.type in ours} != ours
