@@ -23,6 +23,7 @@ from flows.kube.objects import (
     PodSnapshot,
     ReplicaSetSnapshot,
     ServicePort,
+    at_current_revision,
 )
 
 
@@ -50,10 +51,7 @@ def decide_baseline_pod(
     live: DeploymentSnapshot, replica_sets: list[ReplicaSetSnapshot], pods: list[PodSnapshot]
 ) -> tuple[ReplicaSetSnapshot, PodSnapshot] | None:
     """A ready pod of the ReplicaSet `live` controls at its current revision, else None."""
-    current = [
-        rs for rs in replica_sets if rs.owner_uid == live.uid and rs.revision == live.revision
-    ]
-    for rs in current:
+    for rs in at_current_revision(live, replica_sets):
         owned = sorted(
             (p for p in pods if p.owner_uid == rs.uid and p.ready and not p.terminating),
             key=lambda p: p.name,

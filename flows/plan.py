@@ -22,7 +22,9 @@ from flows.kube.client import Kube, NotFound
 from flows.kube.objects import (
     DeploymentSnapshot,
     PodSnapshot,
+    ReplicaSetSnapshot,
     ServiceSnapshot,
+    at_current_revision,
     matches,
     owned_by_deployment,
     pod_spec_gpus,
@@ -142,7 +144,14 @@ def make_plan(kube: Kube, spec: HandoffSpec) -> Plan:
     # Side by side or in place, the candidate's pods must not join the Service before
     # the gates and the swap: a selector they would match is narrowed first.
     pin = (
-        _live_selector_pin(spec, service, current, manifest, every_pod)
+        _live_selector_pin(
+            spec,
+            service,
+            current,
+            manifest,
+            every_pod,
+            read.list_replica_sets(kube, spec.namespace),
+        )
         if decision.strategy
         else None
     )
@@ -192,13 +201,17 @@ def _live_selector_pin(
     current: list[DeploymentSnapshot],
     manifest: dict[str, Any],
     pods: list[PodSnapshot],
+    replica_sets: list[ReplicaSetSnapshot],
 ) -> dict[str, str] | None:
     """If the candidate's pods would match the live selector, the selector narrowed to
-    the current pods' pod-template-hash, so the Service never selects both workloads."""
+    the pod-template-hash of the live Deployment's current ReplicaSet, so the Service
+    never selects both workloads. The hash is the ReplicaSet's, not its pods': right
+    after a rollback the ReplicaSet is back before its pods are."""
     labels = manifest["spec"]["template"]["metadata"].get("labels") or {}
     if not matches(service.selector, labels):
         return None
-    hashes = {
+    serving = {rs.template_hash for d in current for rs in at_current_revision(d, replica_sets)}
+    running = {
         p.labels.get("pod-template-hash")
         for d in current
         for p in pods
@@ -206,15 +219,15 @@ def _live_selector_pin(
         and all(p.labels.get(k) == v for k, v in d.selector.items())
         and owned_by_deployment(p, d.name)
     }
-    hashes.discard(None)
-    if len(current) != 1 or len(hashes) != 1:
+    if len(current) != 1 or len(serving) != 1 or None in serving or not running <= serving:
         raise PlanRefused(
             f"the candidate's pod labels {labels} match Service {spec.service}'s selector "
-            f"{service.selector}, and the live pods do not share one pod-template-hash "
-            f"({sorted(h for h in hashes if h) or 'none'}) to narrow it to: give the candidate "
-            "a label the live selector does not match"
+            f"{service.selector}, and the live workload has no one pod-template-hash to narrow "
+            f"it to (current ReplicaSet: {sorted(h or '?' for h in serving) or 'none'}; live "
+            f"pods: {sorted(h or '?' for h in running) or 'none'}): let the live Deployment's "
+            "rollout finish, or give the candidate a label the live selector does not match"
         )
-    return {**service.selector, "pod-template-hash": hashes.pop() or ""}
+    return {**service.selector, "pod-template-hash": serving.pop() or ""}
 
 
 def _declare_downtime(

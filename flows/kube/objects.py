@@ -65,6 +65,7 @@ class ReplicaSetSnapshot(_Snapshot):
     owner_uid: str | None = Field(description="uid of the controlling Deployment, if any")
     owner: str | None = Field(description="name of the controlling Deployment, if any")
     revision: str | None
+    template_hash: str | None = Field(None, description="the pod-template-hash its pods carry")
     replicas: int = Field(description="spec.replicas: pods wanted")
     created: int = Field(description="status.replicas: pods that exist")
     failure: str | None = Field(
@@ -136,6 +137,13 @@ def container_gpus(container: dict[str, Any]) -> int:
 
 def pod_spec_gpus(pod_spec: dict[str, Any]) -> int:
     return sum(container_gpus(c) for c in pod_spec.get("containers") or [])
+
+
+def at_current_revision(
+    live: DeploymentSnapshot, replica_sets: list[ReplicaSetSnapshot]
+) -> list[ReplicaSetSnapshot]:
+    """The ReplicaSets `live` controls at its current rollout revision (one, once settled)."""
+    return [rs for rs in replica_sets if rs.owner_uid == live.uid and rs.revision == live.revision]
 
 
 def owned_by_deployment(pod: PodSnapshot, deployment: str) -> bool:

@@ -151,6 +151,7 @@ def replica_set_snapshot(raw: dict[str, Any]) -> ReplicaSetSnapshot:
         owner_uid=owners[0]["uid"] if owners else None,
         owner=owners[0]["name"] if owners else None,
         revision=(meta.get("annotations") or {}).get(REVISION_ANNOTATION),
+        template_hash=(meta.get("labels") or {}).get("pod-template-hash"),
         replicas=(raw.get("spec") or {}).get("replicas", 1),
         created=status.get("replicas", 0),
         failure=failure,
