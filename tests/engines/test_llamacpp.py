@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import subprocess
 import time
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from sandbox.engines.llamacpp import (
     ServerOptions,
     ServerPool,
     model_path,
+    python,
 )
 
 PROMPTS = (
@@ -46,6 +48,17 @@ def test_variants_are_distinct_cached_files() -> None:
     # F16 holds the dequantized weights: larger than the 4-bit file it came from.
     assert paths["f16"].stat().st_size > 2 * paths["q4_1"].stat().st_size
     assert model_path("f16") == paths["f16"]  # cached, not derived again
+
+
+def test_engine_is_built_for_the_fixed_cpu_baseline() -> None:
+    # Built for the machine's own CPU, ggml's AVX512/AMX kernels crashed the server on a
+    # Q4_1 prompt (general protection fault), and numbers would differ between machines.
+    info = subprocess.run(
+        [python(), "-c", "import llama_cpp; print(llama_cpp.llama_print_system_info().decode())"],
+        capture_output=True, text=True, check=True, timeout=60,
+    ).stdout  # fmt: skip
+    assert "AVX2 = 1" in info and "FMA = 1" in info, info
+    assert not re.search(r"(AVX512\w* |AMX\w* )= 1", info), info
 
 
 def test_server_answers_under_its_alias(llamacpp: ServerPool) -> None:
