@@ -29,7 +29,7 @@ from flows.kube.objects import (
     owned_by_deployment,
     pod_spec_gpus,
 )
-from flows.ledger import Snapshot, WorkloadSnapshot, history_entries
+from flows.ledger import TERMINAL, Snapshot, WorkloadSnapshot, history_entries, parse_ledger
 from flows.render import TWIN_SUFFIX, load_manifest
 from flows.spec import HandoffSpec
 
@@ -143,18 +143,13 @@ def make_plan(kube: Kube, spec: HandoffSpec) -> Plan:
     )
     # Side by side or in place, the candidate's pods must not join the Service before
     # the gates and the swap: a selector they would match is narrowed first.
-    pin = (
-        _live_selector_pin(
-            spec,
-            service,
-            current,
-            manifest,
-            every_pod,
-            read.list_replica_sets(kube, spec.namespace),
-        )
-        if decision.strategy
-        else None
-    )
+    resumed = parse_ledger(service.annotations)
+    pin: dict[str, str] | None = None
+    if resumed is not None and resumed.phase not in TERMINAL and resumed.spec == spec.name:
+        pin = resumed.pin  # in place, the live Deployment may carry the candidate's template
+    elif decision.strategy:
+        replica_sets = read.list_replica_sets(kube, spec.namespace)
+        pin = _live_selector_pin(spec, service, current, manifest, every_pod, replica_sets)
     return Plan(
         spec_name=spec.name,
         service=service,
@@ -206,16 +201,29 @@ def _live_selector_pin(
     """If the candidate's pods would match the live selector, the selector narrowed to
     the pod-template-hash of the live Deployment's current ReplicaSet, so the Service
     never selects both workloads. The hash is the ReplicaSet's, not its pods': right
-    after a rollback the ReplicaSet is back before its pods are."""
+    after a rollback the ReplicaSet is back before its pods are. Refused while the
+    Deployment controller has not observed the live spec (its revision is stale) or
+    live pods of another template still serve (a rollout in progress)."""
     labels = manifest["spec"]["template"]["metadata"].get("labels") or {}
     if not matches(service.selector, labels):
         return None
+    for d in current:
+        if d.observed_generation < d.generation:
+            raise PlanRefused(
+                f"the candidate's pod labels {labels} match Service {spec.service}'s selector "
+                f"{service.selector}, and Deployment {spec.namespace}/{d.name}'s controller "
+                f"has not observed generation {d.generation} (observed "
+                f"{d.observed_generation}), so the pod-template-hash to narrow the selector to "
+                f"is not known yet: wait for `kubectl -n {spec.namespace} rollout status "
+                f"deployment/{d.name}`, then run the handoff again"
+            )
     serving = {rs.template_hash for d in current for rs in at_current_revision(d, replica_sets)}
     running = {
         p.labels.get("pod-template-hash")
         for d in current
         for p in pods
         if p.namespace == spec.namespace
+        and not p.terminating  # a Service does not route to it
         and all(p.labels.get(k) == v for k, v in d.selector.items())
         and owned_by_deployment(p, d.name)
     }
