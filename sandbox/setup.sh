@@ -11,7 +11,8 @@ llamacpp_version=0.3.36
 # llama.cpp is compiled for a fixed x86-64 baseline (AVX2, FMA, F16C), not for the build
 # machine (GGML_NATIVE): its AVX512/AMX kernels crash with a general protection fault on
 # Q4_1 prompts on some CPUs, and one kernel set keeps the engine's numbers the same on
-# every machine. The build name is in the path, so changing the flags rebuilds once.
+# every machine. The build name is in the path: new flags need a new name (pip's wheel
+# cache ignores CMAKE_ARGS), and then build once. It needs an x86-64 CPU with AVX2.
 engine_build=avx2
 engine_cmake_args="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON -DGGML_AVX512=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF"
 engine_venv=$cache/llamacpp-$llamacpp_version-$engine_build
@@ -91,6 +92,11 @@ if [ ! -x "$bin_dir/kube-apiserver" ] || [ ! -x "$bin_dir/kubectl" ]; then
   rm -rf "$src/_output"
 fi
 
+for built in "$cache"/llamacpp-*/; do  # an engine of another version or flag set is unused
+  [ -d "$built" ] && [ "${built%/}" != "$engine_venv" ] || continue
+  log "removing the unused engine ${built%/}"
+  rm -rf "${built%/}"
+done
 if [ ! -f "$engine_ready" ]; then
   python=$(command -v python3.11 || command -v python3)
   [ -x "$engine_venv/bin/python" ] || "$python" -m venv "$engine_venv"
