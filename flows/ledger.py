@@ -162,6 +162,12 @@ def parse_ledger(annotations: dict[str, str]) -> Ledger | None:
     return Ledger.model_validate_json(raw) if raw else None
 
 
+def unfinished_in(annotations: dict[str, str]) -> Ledger | None:
+    """The unfinished handoff these Service annotations record, if any (of any spec)."""
+    ledger = parse_ledger(annotations)
+    return ledger if ledger is not None and ledger.phase not in TERMINAL else None
+
+
 class HistoryUnreadable(PermanentError):
     """The history annotation is not a JSON list of records; rewriting it would erase it."""
 

@@ -29,7 +29,7 @@ from flows.kube.objects import (
     owned_by_deployment,
     pod_spec_gpus,
 )
-from flows.ledger import TERMINAL, Snapshot, WorkloadSnapshot, history_entries, parse_ledger
+from flows.ledger import Snapshot, WorkloadSnapshot, history_entries, unfinished_in
 from flows.render import TWIN_SUFFIX, load_manifest
 from flows.spec import HandoffSpec
 
@@ -143,9 +143,9 @@ def make_plan(kube: Kube, spec: HandoffSpec) -> Plan:
     )
     # Side by side or in place, the candidate's pods must not join the Service before
     # the gates and the swap: a selector they would match is narrowed first.
-    resumed = parse_ledger(service.annotations)
+    resumed = unfinished_in(service.annotations)
     pin: dict[str, str] | None = None
-    if resumed is not None and resumed.phase not in TERMINAL and resumed.spec == spec.name:
+    if resumed is not None and resumed.spec == spec.name:
         pin = resumed.pin  # in place, the live Deployment may carry the candidate's template
     elif decision.strategy:
         replica_sets = read.list_replica_sets(kube, spec.namespace)

@@ -21,7 +21,7 @@ from flows import signals
 from flows.kube import read
 from flows.kube.client import Kube, connect
 from flows.lease import ServiceLease, read_holder
-from flows.ledger import Ledger
+from flows.ledger import Ledger, unfinished_in
 from flows.ledger_store import now_iso
 from flows.plan import make_plan
 from flows.report.markdown import plan_markdown, record_markdown
@@ -32,7 +32,7 @@ from flows.report.timeline import ReadyEndpoints, Timeline
 from flows.run import HandoffRun
 from flows.slots import service_slot
 from flows.spec import HandoffSpec
-from flows.start import start_or_resume, unfinished, unfinished_in
+from flows.start import start_or_resume, unfinished
 
 
 def _run_id() -> str:

@@ -13,7 +13,7 @@ from flows.capacity import Decision
 from flows.errors import PermanentError
 from flows.kube.client import Kube
 from flows.lease import HandoffInProgress
-from flows.ledger import TERMINAL, Ledger, Phase, parse_ledger
+from flows.ledger import Ledger, Phase, unfinished_in
 from flows.ledger_store import now_iso, save_ledger
 from flows.outage import OutageClock
 from flows.plan import Plan, PlanRefused, read_target_service
@@ -38,12 +38,6 @@ def ensure_not_rolling_back(ledger: Ledger) -> None:
 def unfinished(kube: Kube, spec: HandoffSpec) -> Ledger | None:
     """The Service's unfinished handoff, if any (of any spec)."""
     return unfinished_in(read_target_service(kube, spec).annotations)
-
-
-def unfinished_in(annotations: dict[str, str]) -> Ledger | None:
-    """The unfinished handoff these Service annotations record, if any (of any spec)."""
-    ledger = parse_ledger(annotations)
-    return ledger if ledger is not None and ledger.phase not in TERMINAL else None
 
 
 def start_or_resume(kube: Kube, spec: HandoffSpec, plan: Plan, *, run_id: str) -> HandoffRun:

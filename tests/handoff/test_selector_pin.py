@@ -37,6 +37,13 @@ def test_the_pin_is_computed_from_the_service_as_it_is_now(
     assert service(kube, seeded, "coder-predictor").spec.selector == plan.pin_live_selector
 
 
+def _wait_live_pods_gone(kube: Kube, namespace: str) -> None:
+    deadline = time.monotonic() + 60
+    while kube.core.list_namespaced_pod(namespace, label_selector="app=candle-vllm").items:
+        assert time.monotonic() < deadline, "the live pods did not go within 60 s"
+        time.sleep(0.5)
+
+
 def test_the_pin_is_the_live_replica_sets_hash_while_its_pods_are_not_there(
     kube: Kube, seeded: str, spare_gpus: str, handoff_env: dict[str, str], tmp_path: Path
 ) -> None:
@@ -45,10 +52,7 @@ def test_the_pin_is_the_live_replica_sets_hash_while_its_pods_are_not_there(
     live = kube.apps.read_namespaced_deployment("candle-vllm", seeded)
     revision = live.metadata.annotations["deployment.kubernetes.io/revision"]
     kube.apps.patch_namespaced_deployment_scale("candle-vllm", seeded, {"spec": {"replicas": 0}})
-    deadline = time.monotonic() + 60
-    while kube.core.list_namespaced_pod(seeded, label_selector="app=candle-vllm").items:
-        assert time.monotonic() < deadline, "the live pods did not go within 60 s"
-        time.sleep(0.5)
+    _wait_live_pods_gone(kube, seeded)
     (owned,) = [
         rs
         for rs in kube.apps.list_namespaced_replica_set(seeded).items
@@ -81,10 +85,7 @@ def test_a_resumed_run_keeps_the_pin_its_ledger_recorded(
     start_or_resume(kube, spec, first, run_id="pin-resume-test")
     kube.apps.patch_namespaced_deployment_scale("candle-vllm", seeded, {"spec": {"replicas": 0}})
     _template_changed(kube, seeded, "candle-vllm")
-    deadline = time.monotonic() + 60
-    while kube.core.list_namespaced_pod(seeded, label_selector="app=candle-vllm").items:
-        assert time.monotonic() < deadline, "the live pods did not go within 60 s"
-        time.sleep(0.5)
+    _wait_live_pods_gone(kube, seeded)
     assert make_plan(kube, spec).pin_live_selector == first.pin_live_selector
 
 
