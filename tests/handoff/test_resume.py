@@ -28,7 +28,12 @@ def _kill_at(kube: Kube, namespace: str, process, phase: str, timeout_s: float =
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
             return
-        assert process.poll() is None, f"the handoff ended before reaching {phase}"
+        if process.poll() is not None:
+            output = process.stdout.read() if process.stdout else ""
+            raise AssertionError(
+                f"the handoff ended (exit {process.returncode}) before reaching {phase}:\n"
+                + output[-4000:]
+            )
         time.sleep(0.05)
     raise AssertionError(f"the handoff never reached {phase}")
 
