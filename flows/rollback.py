@@ -185,21 +185,16 @@ def _restore_workload(
 
 
 def _pinned_to_restored(kube: Kube, spec: HandoffSpec, ledger: Ledger) -> dict[str, str] | None:
-    """The snapshot selector narrowed to the restored pods' pod-template-hash, when a
-    candidate pod would also match the snapshot selector; else None."""
-    selector = ledger.snapshot.selector
+    """The ledger's pin (the snapshot selector narrowed to the pod-template-hash of the
+    live Deployment's current ReplicaSet at plan time, whose template the rollback
+    restores) while a pod of the candidate, not the live Deployment itself, matches the
+    snapshot selector; else None. Not taken from the live pods: they may not be there
+    yet, or be of two templates."""
     name = candidate_name(spec, ledger.strategy)
-    live = {w.name for w in ledger.snapshot.workloads}
-    pods = read.list_pods(kube, spec.namespace, selector)
-    if name in live or not any(owned_by_deployment(p, name) for p in pods):
+    if ledger.pin is None or name in {w.name for w in ledger.snapshot.workloads}:
         return None
-    hashes = {
-        p.labels["pod-template-hash"]
-        for p in pods
-        if "pod-template-hash" in p.labels
-        if any(owned_by_deployment(p, w.name) for w in ledger.snapshot.workloads)
-    }
-    return {**selector, "pod-template-hash": hashes.pop()} if len(hashes) == 1 else None
+    pods = read.list_pods(kube, spec.namespace, ledger.snapshot.selector)
+    return ledger.pin if any(owned_by_deployment(p, name) for p in pods) else None
 
 
 def _wait_candidate_gone(kube: Kube, spec: HandoffSpec, ledger: Ledger) -> None:

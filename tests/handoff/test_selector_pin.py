@@ -3,13 +3,17 @@ ReplicaSet (before a candidate whose pods it would match is applied) from a fres
 the Service under its resourceVersion, as the swap is: a change made to the Service after
 the plan is neither merged into the pin nor kept beside it, and the pinned Service
 selects exactly the live pods' template. A resumed run keeps the pin its ledger
-recorded; a live Deployment whose controller has not caught up is not pinned."""
+recorded; a live Deployment whose controller has not caught up is not pinned. A rollback
+holds the Service on that pin until the candidate's pods are gone."""
 
 from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -17,8 +21,12 @@ import pytest
 from flows.apply import apply_at_zero
 from flows.kube.client import Kube
 from flows.plan import PlanRefused, make_plan
+from flows.render import TWIN_SUFFIX
+from flows.rollback import rollback
 from flows.start import start_or_resume
+from flows.warm import wait_candidate_ready
 from sandbox.state import SandboxState
+from tests.conftest import set_cordoned
 from tests.world import load_spec_as_run, service, spec_in
 
 
@@ -113,26 +121,92 @@ def test_a_live_deployment_its_controller_has_not_observed_is_not_pinned(
         os.kill(controller.pid, signal.SIGCONT)
 
 
+@contextmanager
+def _old_live_pod_terminating(kube: Kube, namespace: str) -> Iterator[dict[str, str]]:
+    """After a rollout of the live Deployment, its old pod takes its grace period to go
+    (held here by a finalizer): yields that pod's labels while it terminates."""
+    (old,) = kube.core.list_namespaced_pod(namespace, label_selector="app=candle-vllm").items
+    hold = {"metadata": {"finalizers": ["handoff.test/hold"]}}
+    kube.core.patch_namespaced_pod(old.metadata.name, namespace, hold)
+    try:
+        # Rolling, so the new pod is Ready before the old one is deleted.
+        _template_changed(kube, namespace, "candle-vllm", strategy={"type": "RollingUpdate"})
+        deadline = time.monotonic() + 120
+        name = old.metadata.name
+        while not kube.core.read_namespaced_pod(name, namespace).metadata.deletion_timestamp:
+            assert time.monotonic() < deadline, "the rollout did not delete the old pod in 120 s"
+            time.sleep(0.5)
+        yield old.metadata.labels
+    finally:
+        release = {"metadata": {"finalizers": None}}
+        kube.core.patch_namespaced_pod(old.metadata.name, namespace, release)
+
+
 def test_terminating_live_pods_do_not_stop_the_pin(
     kube: Kube, seeded: str, spare_gpus: str, handoff_env: dict[str, str], tmp_path: Path
 ) -> None:
-    # After a rollout of the live Deployment, its old pods take their grace period to
-    # go; a Service does not route to them, so they do not make the pin ambiguous.
-    (old,) = kube.core.list_namespaced_pod(seeded, label_selector="app=candle-vllm").items
-    hold = {"metadata": {"finalizers": ["handoff.test/hold"]}}
-    kube.core.patch_namespaced_pod(old.metadata.name, seeded, hold)
-    try:
-        # Rolling, so the new pod is Ready before the old one is deleted.
-        _template_changed(kube, seeded, "candle-vllm", strategy={"type": "RollingUpdate"})
-        deadline = time.monotonic() + 120
-        name = old.metadata.name
-        while not kube.core.read_namespaced_pod(name, seeded).metadata.deletion_timestamp:
-            assert time.monotonic() < deadline, "the rollout did not delete the old pod in 120 s"
-            time.sleep(0.5)
+    # A Service does not route to the old pod, so it does not make the pin ambiguous.
+    with _old_live_pod_terminating(kube, seeded) as old:
         spec = load_spec_as_run(spec_in(seeded, "coder-14b-fp16", tmp_path), handoff_env)
         pin = make_plan(kube, spec).pin_live_selector
         assert pin is not None
-        assert pin["pod-template-hash"] != old.metadata.labels["pod-template-hash"]
+        assert pin["pod-template-hash"] != old["pod-template-hash"]
+
+
+def test_a_rollback_holds_the_service_on_the_pin_while_the_twins_pods_run(
+    kube: Kube, seeded: str, spare_gpus: str, handoff_env: dict[str, str], tmp_path: Path
+) -> None:
+    # The twin's pods carry the live label: until they are gone, the rolled-back Service
+    # must select the live pods' template alone, though live pods of two templates exist.
+    # The new live pod takes the seeds' node's free GPU: the twin and the rewritten live
+    # Deployment need all four of the spare node's.
+    set_cordoned(kube.api, spare_gpus, True)
+    with _old_live_pod_terminating(kube, seeded):
+        set_cordoned(kube.api, spare_gpus, False)
+        spec = load_spec_as_run(spec_in(seeded, "coder-14b-fp16", tmp_path), handoff_env)
+        run = start_or_resume(kube, spec, make_plan(kube, spec), run_id="pin-rollback-test")
+        assert run.twin and run.ledger.pin, run.ledger
+        apply_at_zero(run, None)
+        wait_candidate_ready(run, 1)
+        with _selectors_while_twin_runs(kube, seeded) as seen:
+            rollback(kube, spec, cause="the gates failed")
+    assert seen, "the twin's pods were gone before the rollback began"
+    wrong = [s for s in seen if s != run.ledger.pin]
+    assert not wrong, f"the Service selected {wrong[0]} while the twin's pods ran"
+    assert service(kube, seeded, "coder-predictor").spec.selector == {"app": "candle-vllm"}
+
+
+@contextmanager
+def _selectors_while_twin_runs(kube: Kube, namespace: str) -> Iterator[list[dict[str, str]]]:
+    """The Service's selector, sampled while a pod of the twin exists (read before the
+    pods, so a selector is counted only if the twin's pods outlived it), until its pods
+    are gone after the block."""
+    seen: list[dict[str, str]] = []
+    done = threading.Event()
+    twin = f"candle-vllm{TWIN_SUFFIX}-"
+
+    def sample() -> bool:
+        """One sample; whether a pod of the twin still exists."""
+        selector = service(kube, namespace, "coder-predictor").spec.selector
+        pods = kube.core.list_namespaced_pod(namespace).items
+        owners = [o.name for p in pods for o in p.metadata.owner_references or []]
+        running = any(o.startswith(twin) for o in owners)
+        if running:
+            seen.append(selector)
+        return running
+
+    def watch() -> None:
+        while not done.is_set():
+            sample()
+            time.sleep(0.05)
+        deadline = time.monotonic() + 120
+        while sample() and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    try:
+        yield seen
     finally:
-        release = {"metadata": {"finalizers": None}}
-        kube.core.patch_namespaced_pod(old.metadata.name, seeded, release)
+        done.set()
+        thread.join()
