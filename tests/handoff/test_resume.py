@@ -38,15 +38,10 @@ def _kill_at(kube: Kube, namespace: str, process, phase: str, timeout_s: float =
     raise AssertionError(f"the handoff never reached {phase}")
 
 
-# Killed mid-swap runs by default; the other two phases (two minutes each) are slow.
-@pytest.mark.parametrize(
-    "phase",
-    [
-        pytest.param("applied", marks=pytest.mark.slow),
-        "swapped",
-        pytest.param("scaled", marks=pytest.mark.slow),
-    ],
-)
+# Three minutes each, so all behind the slow marker: in the default run the twin's kill
+# and rerun (test_twin_resume.py) and each fault-matrix cell's rerun cover convergence.
+@pytest.mark.slow
+@pytest.mark.parametrize("phase", ["applied", "swapped", "scaled"])
 def test_killed_handoff_converges_on_rerun(
     sandbox: SandboxState,
     kube: Kube,

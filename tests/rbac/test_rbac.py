@@ -46,8 +46,9 @@ SHAPES = {
     "in-place": (CODER, PASSING, False, "in-place", "done"),
     "in-place-rolled-back": (CODER, FAILING, False, "in-place", "rolled-back"),
 }
-# The twin and its rollback run by default; the others behind the slow marker.
-SLOW = {"side-by-side", "side-by-side-rolled-back", "in-place", "in-place-rolled-back"}
+# The twin's rollback runs by default (test_twin.py runs a twin to the end); the others
+# behind the slow marker.
+SLOW = {"side-by-side", "side-by-side-rolled-back", "twin", "in-place", "in-place-rolled-back"}
 
 
 @pytest.mark.parametrize(
