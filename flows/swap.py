@@ -15,8 +15,8 @@ from __future__ import annotations
 from flows.errors import PermanentError
 from flows.kube import read, slices, write
 from flows.kube.client import Conflict
-from flows.kube.objects import EndpointsSnapshot
-from flows.kube.wait import wait_endpoint_slices, wait_endpoints
+from flows.kube.objects import EndpointsSnapshot, PodSnapshot
+from flows.kube.wait import WaitTimedOut, wait_endpoint_slices, wait_endpoints, wait_pods
 from flows.ledger import Phase
 from flows.render import WORKLOAD_LABEL, service_selector
 from flows.run import HandoffRun
@@ -45,9 +45,18 @@ def swap_selector(run: HandoffRun) -> None:
 
 
 def point_service(run: HandoffRun, target: dict[str, str]) -> None:
-    """Patch the Service's selector to `target` (409: re-read, retry), then verify it and
-    record a SwitchService event. A Service already on `target` is only verified."""
+    """Once a pod matching `target` is ready (read-only until then: a Service is never
+    pointed at pods none of which serves), patch the Service's selector to `target`
+    (409: re-read, retry), then verify it and record a SwitchService event. A Service
+    already on `target` is only verified."""
     spec = run.spec
+    try:
+        serving_pods(run, target)
+    except WaitTimedOut as exc:
+        raise SwapFailed(
+            f"{exc}; the selector was not switched: Service {spec.namespace}/{spec.service} "
+            "still serves the pods it selected"
+        ) from exc
     try:
         service = write.update_service_selector(run.kube, spec.namespace, spec.service, target)
     except Conflict as exc:
@@ -64,6 +73,26 @@ def point_service(run: HandoffRun, target: dict[str, str]) -> None:
     )
 
 
+def serving_pods(run: HandoffRun, selector: dict[str, str]) -> set[str]:
+    """The names of the pods `selector` matches that are not terminating, once one of
+    them is Ready (a readiness probe that timed out under load may take a moment to
+    pass again). WaitTimedOut if none is within ENDPOINTS_S."""
+    spec = run.spec
+
+    def decide(pods: list[PodSnapshot]) -> set[str] | None:
+        running = [p for p in pods if not p.terminating]
+        return {p.name for p in running} if any(p.ready for p in running) else None
+
+    return wait_pods(
+        run.kube,
+        spec.namespace,
+        selector,
+        decide=decide,
+        deadline_s=run.limit(ENDPOINTS_S),
+        what=f"a Ready pod matching {selector} for Service {spec.namespace}/{spec.service}",
+    )
+
+
 def verify_service(run: HandoffRun, selector: dict[str, str]) -> None:
     """ClusterIP unchanged; the EndpointSlices, then the Endpoints, route only to ready
     pods matching `selector` (waiting until they do: what clients reach follows them)."""
@@ -75,11 +104,7 @@ def verify_service(run: HandoffRun, selector: dict[str, str]) -> None:
             f"{service.cluster_ip}, expected {run.ledger.snapshot.cluster_ip}: "
             "the Service was recreated by someone else; clients may have failed"
         )
-    wanted = {
-        p.name
-        for p in read.list_pods(run.kube, spec.namespace, selector)
-        if p.ready and not p.terminating
-    }
+    wanted = serving_pods(run, selector)
     what = f"{{}} of Service {spec.namespace}/{spec.service} to route only to {sorted(wanted)}"
     version = slices.served_version(run.kube)
     if version is not None:
@@ -103,7 +128,8 @@ def verify_service(run: HandoffRun, selector: dict[str, str]) -> None:
 
 def decide_routes_only(routes: list[EndpointsSnapshot], wanted: set[str]) -> bool | None:
     """True when the routes (Endpoints, or every EndpointSlice) together lead to some
-    ready pods, all of them wanted, and list no pod as not ready."""
+    ready pods and list no pod, ready or not, that is not wanted (a wanted pod listed
+    as not ready gets no traffic; any other pod listed means the routes are stale)."""
     ready = {pod for r in routes for pod in r.ready_pods}
-    not_ready = {pod for r in routes for pod in r.not_ready_pods}
-    return True if ready and ready <= wanted and not not_ready else None
+    listed = ready | {pod for r in routes for pod in r.not_ready_pods}
+    return True if ready and listed <= wanted else None

@@ -220,7 +220,9 @@ def routes(ready: list[str], not_ready: list[str] | None = None) -> EndpointsSna
         ([routes(["new-1"])], True),
         ([routes(["new-1"]), routes(["new-2"])], True),
         ([routes(["new-1"]), routes(["old-1"])], None),  # another slice still routes to old
-        ([routes(["new-1"], ["new-2"])], None),
+        ([routes(["new-1"], ["new-2"])], True),  # a wanted pod not ready gets no traffic
+        ([routes(["new-1"], ["old-1"])], None),  # still lists a pod of the old selector
+        ([routes([], ["new-1"])], None),  # nothing ready to route to
         ([routes([])], None),
         ([], None),
     ],
