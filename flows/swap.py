@@ -1,13 +1,14 @@
 """Step 7, swap: point the existing Service at the candidate, and prove it.
 
 Observes the Service; decides the target selector (the candidate Deployment's
-selector plus its revision label, so exactly one workload matches); changes it by
-one merge patch with a resourceVersion precondition (a 409 re-reads and retries),
-never by delete/recreate. Then verifies what clients get: the ClusterIP is the one
-in the snapshot, and the Service's EndpointSlices (what kube-proxy and other data
-planes route by) hold only ready candidate pods, with its Endpoints as a second
-check, before anything scales down. Idempotent: a Service already on the target
-selector is only verified.
+selector plus its revision label, so exactly one workload matches); waits, reading
+only, until a pod it matches is Ready; changes it by one merge patch with a
+resourceVersion precondition (a 409 re-reads and retries), never by delete/recreate.
+Then verifies what clients get: the ClusterIP is the one in the snapshot, and the
+Service's EndpointSlices (what kube-proxy and other data planes route by) lead to
+ready candidate pods and list no other pod, with its Endpoints as a second check,
+before anything scales down. Idempotent: a Service already on the target selector is
+only verified.
 """
 
 from __future__ import annotations
@@ -53,10 +54,7 @@ def point_service(run: HandoffRun, target: dict[str, str]) -> None:
     try:
         serving_pods(run, target)
     except WaitTimedOut as exc:
-        raise SwapFailed(
-            f"{exc}; the selector was not switched: Service {spec.namespace}/{spec.service} "
-            "still serves the pods it selected"
-        ) from exc
+        raise SwapFailed(f"{exc}; {_unswitched(run, target)}") from exc
     try:
         service = write.update_service_selector(run.kube, spec.namespace, spec.service, target)
     except Conflict as exc:
@@ -73,10 +71,27 @@ def point_service(run: HandoffRun, target: dict[str, str]) -> None:
     )
 
 
+def _unswitched(run: HandoffRun, target: dict[str, str]) -> str:
+    """What a swap that met no Ready pod left, and what to do next."""
+    spec = run.spec
+    now = read.read_service(run.kube, spec.namespace, spec.service).selector
+    left = (
+        "the Service already selected them (a run resumed after its patch)"
+        if now == target
+        else f"the Service was not switched (its selector is still {now})"
+    )
+    return (
+        f"{left}; the handoff rolls back. Look at why the pods are not Ready "
+        f"(`kubectl -n {spec.namespace} describe pods -l "
+        f"{','.join(f'{k}={v}' for k, v in target.items())}`: a readiness probe, a restart)"
+    )
+
+
 def serving_pods(run: HandoffRun, selector: dict[str, str]) -> set[str]:
     """The names of the pods `selector` matches that are not terminating, once one of
     them is Ready (a readiness probe that timed out under load may take a moment to
-    pass again). WaitTimedOut if none is within ENDPOINTS_S."""
+    pass again). WaitTimedOut if none is within ENDPOINTS_S (less what is left of a
+    declared outage, in place)."""
     spec = run.spec
 
     def decide(pods: list[PodSnapshot]) -> set[str] | None:

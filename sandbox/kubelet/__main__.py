@@ -33,7 +33,7 @@ from sandbox.kubelet.nodes import NodeHeartbeat, ensure_runtime_class, register_
 from sandbox.kubelet.partition import is_partitioned
 from sandbox.kubelet.pods import PodManager, watch_node_pods
 from sandbox.kubelet.runtime import PodTable
-from sandbox.kubelet.spawner import Spawner, kill_leftovers
+from sandbox.kubelet.spawner import Spawner, kill_leftovers, records_dir
 
 log = logging.getLogger("sandbox.kubelet")
 SHUTDOWN_GRACE_S = 3.0  # well inside the 10 s `sandbox down` allows before SIGKILL
@@ -70,7 +70,7 @@ def _write_ready(run_dir: Path, *, port: int, nodes: list[str]) -> None:
 def run(args: argparse.Namespace, stop: threading.Event) -> None:
     run_dir = args.run_dir.resolve()
     ready_file(run_dir).unlink(missing_ok=True)
-    for record in kill_leftovers(run_dir / "kubelet" / "processes"):
+    for record in kill_leftovers(records_dir(run_dir)):
         log.info("killed leftover container process %s (pid %d)", record.name, record.pid)
     ctx = _context(args, run_dir)
     server = _start_server(ctx.table, Pki(args.pki or run_dir / "pki"))
@@ -107,7 +107,7 @@ def _context(args: argparse.Namespace, run_dir: Path) -> NodeContext:
         api=api,
         cluster=cluster,
         images=ImageStore(args.registry),
-        spawner=Spawner(run_dir / "kubelet" / "processes").start(),
+        spawner=Spawner(records_dir(run_dir)).start(),
         events=EventRecorder(api),
         table=PodTable(run_dir / "pod-ports.json"),
         ips=IpPool(cluster.pod_cidr),

@@ -26,6 +26,23 @@ from sandbox import procs
 SETPRIV = "setpriv"
 
 
+def records_dir(run_dir: Path) -> Path:
+    """Where the sandbox's kubelets under run_dir record their container processes."""
+    return run_dir / "kubelet" / "processes"
+
+
+def container_process(
+    run_dir: Path, namespace: str, pod: str, container: str
+) -> procs.ProcessRecord | None:
+    """The live process recorded for a container of a pod, if any."""
+    for path in records_dir(run_dir).glob("*.json"):
+        with contextlib.suppress(ValueError, OSError):  # reaped meanwhile
+            record = procs.ProcessRecord.model_validate_json(path.read_text())
+            if record.name == f"{namespace}/{pod}/{container}":
+                return record
+    return None
+
+
 @dataclass(frozen=True)
 class _Request:
     name: str

@@ -5,7 +5,6 @@ with no client request failing."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import time
@@ -15,6 +14,7 @@ from pathlib import Path
 
 from flows.kube.client import Kube
 from flows.ledger import parse_ledger
+from sandbox.kubelet.spawner import container_process
 from sandbox.proxy import address_of
 from sandbox.seed import CLIENT_API
 from sandbox.state import SandboxState
@@ -23,16 +23,6 @@ from tests.handoff.pauses import PausingRun
 from tests.world import service, spec_in
 
 HOLD_S = 10.0  # the candidate stays unready this long after the run records the approval
-
-
-def _container_pid(sandbox: SandboxState, namespace: str, pod: str, container: str) -> int:
-    """The pid the sandbox kubelet recorded for the container (its process group)."""
-    records = sandbox.run_dir / "kubelet" / "processes"
-    for path in records.glob("*.json"):
-        record = json.loads(path.read_text())
-        if record["name"] == f"{namespace}/{pod}/{container}":
-            return int(record["pid"])
-    raise AssertionError(f"no process recorded for {namespace}/{pod}/{container}")
 
 
 def _ready(kube: Kube, namespace: str, pod: str) -> bool:
@@ -47,7 +37,9 @@ def _stopped(kube: Kube, sandbox: SandboxState, namespace: str) -> Iterator[int]
     pods = kube.core.list_namespaced_pod(namespace, label_selector="app=clef-candle").items
     assert len(pods) == 1, [p.metadata.name for p in pods]
     pod = pods[0].metadata.name
-    pid = _container_pid(sandbox, namespace, pod, "candle")
+    record = container_process(sandbox.run_dir, namespace, pod, "candle")
+    assert record is not None, f"no process recorded for {namespace}/{pod}/candle"
+    pid = record.pid
     os.killpg(pid, signal.SIGSTOP)
     try:
         deadline = time.monotonic() + 60

@@ -24,7 +24,7 @@ from kubernetes import client
 from sandbox import procs
 from sandbox.cluster import ClusterConfig, NodeConfig, load_cluster
 from sandbox.kubelet import launch
-from sandbox.kubelet.spawner import kill_leftovers
+from sandbox.kubelet.spawner import container_process, kill_leftovers
 from tests.kubelet import objects
 from tests.kubelet.conftest import SandboxImages, SandboxKubelet
 from tests.kubelet.waits import is_ready, wait_for, wait_pod
@@ -166,11 +166,9 @@ def _cluster_file(tmp_path: Path, node: str) -> Path:
 
 def _container_process(run_dir: Path, namespace: str, pod: str) -> procs.ProcessRecord:
     """The recorded process of the pod's container (the kubelet keeps one file per process)."""
-    for path in (run_dir / "kubelet" / "processes").glob("*.json"):
-        record = procs.ProcessRecord.model_validate_json(path.read_text())
-        if record.name == f"{namespace}/{pod}/server":
-            return record
-    raise AssertionError(f"no process recorded for {namespace}/{pod} under {run_dir}")
+    record = container_process(run_dir, namespace, pod, "server")
+    assert record is not None, f"no process recorded for {namespace}/{pod} under {run_dir}"
+    return record
 
 
 def _wait_dead(*records: procs.ProcessRecord) -> None:
