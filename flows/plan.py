@@ -24,7 +24,7 @@ from flows.kube.objects import (
     PodSnapshot,
     ReplicaSetSnapshot,
     ServiceSnapshot,
-    at_current_revision,
+    current_template_hash,
     matches,
     owned_by_deployment,
     pod_spec_gpus,
@@ -217,7 +217,7 @@ def _live_selector_pin(
                 f"is not known yet: wait for `kubectl -n {spec.namespace} rollout status "
                 f"deployment/{d.name}`, then run the handoff again"
             )
-    serving = {rs.template_hash for d in current for rs in at_current_revision(d, replica_sets)}
+    serving = current_template_hash(current[0], replica_sets) if len(current) == 1 else None
     running = {
         p.labels.get("pod-template-hash")
         for d in current
@@ -227,15 +227,15 @@ def _live_selector_pin(
         and all(p.labels.get(k) == v for k, v in d.selector.items())
         and owned_by_deployment(p, d.name)
     }
-    if len(current) != 1 or len(serving) != 1 or None in serving or not running <= serving:
+    if serving is None or not running <= {serving}:
         raise PlanRefused(
             f"the candidate's pod labels {labels} match Service {spec.service}'s selector "
             f"{service.selector}, and the live workload has no one pod-template-hash to narrow "
-            f"it to (current ReplicaSet: {sorted(h or '?' for h in serving) or 'none'}; live "
+            f"it to (current ReplicaSet: {serving or 'not one'}; live "
             f"pods: {sorted(h or '?' for h in running) or 'none'}): let the live Deployment's "
             "rollout finish, or give the candidate a label the live selector does not match"
         )
-    return {**service.selector, "pod-template-hash": serving.pop() or ""}
+    return {**service.selector, "pod-template-hash": serving}
 
 
 def _declare_downtime(

@@ -21,7 +21,7 @@ from flows.drift import ServiceGone
 from flows.errors import HandoffError
 from flows.kube import read, write
 from flows.kube.client import Kube, NotFound
-from flows.kube.objects import owned_by_deployment
+from flows.kube.objects import current_template_hash, owned_by_deployment
 from flows.kube.wait import wait_pods, wait_rolled_out
 from flows.lease import LeaseLost, ServiceLease
 from flows.ledger import TERMINAL, Ledger, Phase, WorkloadSnapshot
@@ -84,10 +84,17 @@ def rollback(
             if candidate not in kept and not _routes_to_candidate(kube, spec, ledger):
                 _undo_candidate(kube, spec, ledger)
     elif candidate in kept:
+        # Not pinned: nothing would lift a pin left behind, and the live Deployment's
+        # next rollout would leave it selecting no pod. The cause says both are served.
         with _noted(problems):
             write.update_service_selector(
                 kube, spec.namespace, spec.service, ledger.snapshot.selector
             )
+            if _routes_to_candidate(kube, spec, ledger):
+                problems.append(
+                    f"the Service selects the pods of the kept {candidate} as well as the "
+                    "live ones until a person removes it or changes its labels"
+                )
     else:
         _restore_selector_then_candidate(kube, spec, ledger, problems)
     with _noted(problems):
@@ -136,7 +143,7 @@ def _restore_selector_then_candidate(
     with _noted(problems):
         # While candidate pods that the original selector would match still run, the
         # Service is held on the restored pods alone (never two versions at once).
-        pinned = _pinned_to_restored(kube, spec, ledger)
+        pinned = _pinned_to_restored(kube, spec, ledger, problems)
         write.update_service_selector(
             kube, spec.namespace, spec.service, pinned or ledger.snapshot.selector
         )
@@ -184,17 +191,41 @@ def _restore_workload(
         problems.append(str(exc))
 
 
-def _pinned_to_restored(kube: Kube, spec: HandoffSpec, ledger: Ledger) -> dict[str, str] | None:
-    """The ledger's pin (the snapshot selector narrowed to the pod-template-hash of the
-    live Deployment's current ReplicaSet at plan time, whose template the rollback
-    restores) while a pod of the candidate, not the live Deployment itself, matches the
-    snapshot selector; else None. Not taken from the live pods: they may not be there
-    yet, or be of two templates."""
+def _pinned_to_restored(
+    kube: Kube, spec: HandoffSpec, ledger: Ledger, problems: list[str]
+) -> dict[str, str] | None:
+    """While a pod of the candidate, not the live Deployment itself, matches the snapshot
+    selector: that selector narrowed to the live Deployment's template as it is now, so
+    the Service never selects both; else None. The ledger's pin (taken at plan time) only
+    when that cannot be read: a person may have rolled the live Deployment since, and its
+    old hash then selects no pod. With neither, the problem is noted."""
     name = candidate_name(spec, ledger.strategy)
-    if ledger.pin is None or name in {w.name for w in ledger.snapshot.workloads}:
+    if name in {w.name for w in ledger.snapshot.workloads}:
         return None
     pods = read.list_pods(kube, spec.namespace, ledger.snapshot.selector)
-    return ledger.pin if any(owned_by_deployment(p, name) for p in pods) else None
+    if not any(owned_by_deployment(p, name) for p in pods):
+        return None
+    pin = _live_pin(kube, spec, ledger) or ledger.pin
+    if pin is None:
+        problems.append(
+            f"pods of {name} match Service {spec.service}'s selector "
+            f"{ledger.snapshot.selector} and the live Deployment has no one pod-template-hash "
+            "to narrow it to: the Service may select both versions until they are gone"
+        )
+    return pin
+
+
+def _live_pin(kube: Kube, spec: HandoffSpec, ledger: Ledger) -> dict[str, str] | None:
+    """The snapshot selector narrowed to the live Deployment's current ReplicaSet, read
+    now (after its restore, or as a person left it), as the plan narrows it. Taken from
+    the ReplicaSet, not the pods: they may not be there yet, or be of two templates."""
+    if len(ledger.snapshot.workloads) != 1:
+        return None
+    live = read.read_deployment(kube, spec.namespace, ledger.snapshot.workloads[0].name)
+    if live is None:
+        return None
+    found = current_template_hash(live, read.list_replica_sets(kube, spec.namespace))
+    return None if found is None else {**ledger.snapshot.selector, "pod-template-hash": found}
 
 
 def _wait_candidate_gone(kube: Kube, spec: HandoffSpec, ledger: Ledger) -> None:

@@ -146,6 +146,18 @@ def at_current_revision(
     return [rs for rs in replica_sets if rs.owner_uid == live.uid and rs.revision == live.revision]
 
 
+def current_template_hash(
+    live: DeploymentSnapshot, replica_sets: list[ReplicaSetSnapshot]
+) -> str | None:
+    """The pod-template-hash of `live`'s current ReplicaSet, the one its pods have or will
+    have. None while it cannot be known: the controller has not observed the latest
+    generation (the revision still names the old ReplicaSet), or there is no single one."""
+    if live.observed_generation < live.generation:
+        return None
+    hashes = {rs.template_hash for rs in at_current_revision(live, replica_sets)}
+    return hashes.pop() if len(hashes) == 1 else None
+
+
 def owned_by_deployment(pod: PodSnapshot, deployment: str) -> bool:
     """The pod belongs to a ReplicaSet of that Deployment (named `<deployment>-<hash>`)."""
     return pod.owner is not None and pod.owner.rsplit("-", 1)[0] == deployment

@@ -4,10 +4,12 @@ the Service under its resourceVersion, as the swap is: a change made to the Serv
 the plan is neither merged into the pin nor kept beside it, and the pinned Service
 selects exactly the live pods' template. A resumed run keeps the pin its ledger
 recorded; a live Deployment whose controller has not caught up is not pinned. A rollback
-holds the Service on that pin until the candidate's pods are gone."""
+holds the Service on the live Deployment's current hash, read then (the recorded pin if it
+cannot be), until the candidate's pods are gone."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import threading
@@ -17,9 +19,12 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from kubernetes import client
 
+from flows import drift
 from flows.apply import apply_at_zero
 from flows.kube.client import Kube
+from flows.kube.wait import wait_rolled_out
 from flows.plan import PlanRefused, make_plan
 from flows.render import TWIN_SUFFIX
 from flows.rollback import rollback
@@ -171,17 +176,55 @@ def test_a_rollback_holds_the_service_on_the_pin_while_the_twins_pods_run(
         with _selectors_while_twin_runs(kube, seeded) as seen:
             rollback(kube, spec, cause="the gates failed")
     assert seen, "the twin's pods were gone before the rollback began"
-    wrong = [s for s in seen if s != run.ledger.pin]
+    wrong = [s.selector for s in seen if s.selector != run.ledger.pin]
     assert not wrong, f"the Service selected {wrong[0]} while the twin's pods ran"
     assert service(kube, seeded, "coder-predictor").spec.selector == {"app": "candle-vllm"}
 
 
+def test_a_rollback_pins_to_the_live_deployment_a_person_restarted(
+    kube: Kube, seeded: str, spare_gpus: str, handoff_env: dict[str, str], tmp_path: Path
+) -> None:
+    # `kubectl rollout restart` of the live Deployment while the twin runs gives its pods
+    # a new pod-template-hash; the rollback leaves it as edited, so a hold on the hash
+    # recorded at plan time would select no pod until the twin's pods are gone.
+    spec = load_spec_as_run(spec_in(seeded, "coder-14b-fp16", tmp_path), handoff_env)
+    run = start_or_resume(kube, spec, make_plan(kube, spec), run_id="pin-restart-test")
+    assert run.twin and run.ledger.pin, run.ledger
+    apply_at_zero(run, None)
+    wait_candidate_ready(run, 1)
+    _template_changed(kube, seeded, "candle-vllm")
+    wait_rolled_out(kube, seeded, "candle-vllm", deadline_s=120)
+    edited = [c.object for c in drift.observe(run)]
+    assert edited == ["Deployment candle-vllm"], edited
+    with _selectors_while_twin_runs(kube, seeded) as seen:
+        rollback(kube, spec, cause="a person restarted the live Deployment", leave=edited)
+    assert seen, "the twin's pods were gone before the rollback began"
+    # Until the rollback writes the selector, it is the handoff's pin, stale since the restart.
+    first = next((i for i, s in enumerate(seen) if s.serves_live), None)
+    assert first is not None, f"the Service was held on {seen[-1].selector}, no Ready live pod"
+    assert all(s.selector == run.ledger.pin for s in seen[:first]), seen[:first]
+    empty = [s.selector for s in seen[first:] if not s.serves_live]
+    assert not empty, f"the Service selected {empty[0]}, no Ready live pod, while the twin ran"
+    assert service(kube, seeded, "coder-predictor").spec.selector == {"app": "candle-vllm"}
+
+
+@dataclasses.dataclass(frozen=True)
+class _Sample:
+    selector: dict[str, str]
+    serves_live: bool  # it selects a Ready pod of the live Deployment
+
+
+def _ready(pod: client.V1Pod) -> bool:
+    return any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions or [])
+
+
 @contextmanager
-def _selectors_while_twin_runs(kube: Kube, namespace: str) -> Iterator[list[dict[str, str]]]:
+def _selectors_while_twin_runs(kube: Kube, namespace: str) -> Iterator[list[_Sample]]:
     """The Service's selector, sampled while a pod of the twin exists (read before the
     pods, so a selector is counted only if the twin's pods outlived it), until its pods
-    are gone after the block."""
-    seen: list[dict[str, str]] = []
+    are gone after the block. A failed read fails the test: a dead sampler checks nothing."""
+    seen: list[_Sample] = []
+    failed: list[BaseException] = []
     done = threading.Event()
     twin = f"candle-vllm{TWIN_SUFFIX}-"
 
@@ -189,19 +232,31 @@ def _selectors_while_twin_runs(kube: Kube, namespace: str) -> Iterator[list[dict
         """One sample; whether a pod of the twin still exists."""
         selector = service(kube, namespace, "coder-predictor").spec.selector
         pods = kube.core.list_namespaced_pod(namespace).items
-        owners = [o.name for p in pods for o in p.metadata.owner_references or []]
-        running = any(o.startswith(twin) for o in owners)
+        of_twin = [
+            any(o.name.startswith(twin) for o in p.metadata.owner_references or []) for p in pods
+        ]
+        live = [
+            p
+            for p, theirs in zip(pods, of_twin, strict=True)
+            if not theirs
+            and _ready(p)
+            and all((p.metadata.labels or {}).get(k) == v for k, v in selector.items())
+        ]
+        running = any(of_twin)
         if running:
-            seen.append(selector)
+            seen.append(_Sample(selector, bool(live)))
         return running
 
     def watch() -> None:
-        while not done.is_set():
-            sample()
-            time.sleep(0.05)
-        deadline = time.monotonic() + 120
-        while sample() and time.monotonic() < deadline:
-            time.sleep(0.05)
+        try:
+            while not done.is_set():
+                sample()
+                time.sleep(0.05)
+            deadline = time.monotonic() + 120
+            while sample() and time.monotonic() < deadline:
+                time.sleep(0.05)
+        except BaseException as exc:  # re-raised in the test's thread after join()
+            failed.append(exc)
 
     thread = threading.Thread(target=watch, daemon=True)
     thread.start()
@@ -210,3 +265,5 @@ def _selectors_while_twin_runs(kube: Kube, namespace: str) -> Iterator[list[dict
     finally:
         done.set()
         thread.join()
+        if failed:
+            raise failed[0]
