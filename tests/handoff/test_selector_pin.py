@@ -19,7 +19,6 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from kubernetes import client
 
 from flows import drift
 from flows.apply import apply_at_zero
@@ -32,6 +31,7 @@ from flows.start import start_or_resume
 from flows.warm import wait_candidate_ready
 from sandbox.state import SandboxState
 from tests.conftest import set_cordoned
+from tests.kubelet.waits import is_ready
 from tests.world import load_spec_as_run, service, spec_in
 
 
@@ -214,10 +214,6 @@ class _Sample:
     serves_live: bool  # it selects a Ready pod of the live Deployment
 
 
-def _ready(pod: client.V1Pod) -> bool:
-    return any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions or [])
-
-
 @contextmanager
 def _selectors_while_twin_runs(kube: Kube, namespace: str) -> Iterator[list[_Sample]]:
     """The Service's selector, sampled while a pod of the twin exists (read before the
@@ -239,7 +235,7 @@ def _selectors_while_twin_runs(kube: Kube, namespace: str) -> Iterator[list[_Sam
             p
             for p, theirs in zip(pods, of_twin, strict=True)
             if not theirs
-            and _ready(p)
+            and is_ready(p)
             and all((p.metadata.labels or {}).get(k) == v for k, v in selector.items())
         ]
         running = any(of_twin)

@@ -20,14 +20,10 @@ from sandbox.seed import CLIENT_API
 from sandbox.state import SandboxState
 from sandbox.traffic import ClientLoad
 from tests.handoff.pauses import PausingRun
+from tests.kubelet.waits import is_ready
 from tests.world import service, spec_in
 
 HOLD_S = 10.0  # the candidate stays unready this long after the run records the approval
-
-
-def _ready(kube: Kube, namespace: str, pod: str) -> bool:
-    conditions = kube.core.read_namespaced_pod(pod, namespace).status.conditions or []
-    return any(c.type == "Ready" and c.status == "True" for c in conditions)
 
 
 @contextmanager
@@ -43,7 +39,7 @@ def _stopped(kube: Kube, sandbox: SandboxState, namespace: str) -> Iterator[int]
     os.killpg(pid, signal.SIGSTOP)
     try:
         deadline = time.monotonic() + 60
-        while _ready(kube, namespace, pod):
+        while is_ready(kube.core.read_namespaced_pod(pod, namespace)):
             assert time.monotonic() < deadline, f"{pod} stayed Ready while stopped"
             time.sleep(0.2)
         yield pid
