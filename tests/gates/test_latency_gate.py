@@ -37,17 +37,26 @@ def test_identical_candidate_passes_repeatedly(model_server: StartServer) -> Non
             assert {c.outcome for c in level.comparisons} == {"no regression"}
 
 
+# Enough requests that bursts of other work (load 4-5 on 2 cores) landing on a few baseline
+# requests leave the 20 % loss significant: with 8 a side, two such requests lifted the 98 %
+# interval's low end under the margin (0.998) in one run of ten; with 18, none of 25 did.
+SLOWER = SMALL.model_copy(update={"rounds": 6, "min_requests_per_round": 3})
+
+
 def test_twenty_percent_slower_candidate_fails(model_server: StartServer) -> None:
     baseline = model_server(PROFILE, *HALF_TIME)
     candidate = model_server(PROFILE, *HALF_TIME, "--slowdown", "1.2")
-    result = run_latency(candidate.url, baseline.url, SMALL)
+    result = run_latency(candidate.url, baseline.url, SLOWER)
     assert result.passed is False
     one, four = ({c.metric: c for c in level.comparisons} for level in result.figures.levels)
     assert one["tpot"].outcome == "regressed"
-    assert one["tpot"].ratio == pytest.approx(1.2, rel=0.03)
-    # at 4 streams prefill steps interleave with decode, so per-request TPOT is bimodal and
-    # 8 requests a side pin its median only loosely: the estimates must still show the loss
-    assert four["tpot"].ratio == pytest.approx(1.2, rel=0.1)
+    # 1.198-1.201 on a quiet machine; late wake-ups of either server under load move the
+    # median ratio (1.148-1.220 in 25 runs at load 4-5)
+    assert one["tpot"].ratio == pytest.approx(1.2, rel=0.05)
+    # at 4 streams prefill steps interleave with decode, so per-request TPOT is bimodal and its
+    # median jumps between the modes under load (1.06-1.23 seen): it must still show a loss,
+    # and throughput, a ratio of sums, must show its size
+    assert four["tpot"].ratio is not None and four["tpot"].ratio > 1
     assert four["throughput"].ratio == pytest.approx(1 / 1.2, rel=0.1)
 
 
