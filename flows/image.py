@@ -106,7 +106,7 @@ def wait_for_image(
     deadline_at = datetime.now(UTC) + timedelta(seconds=requirement.timeout_s)
     seen: list[Sighting] = []
     verdicts: dict[str, Sighting] = {}
-    with registry_errors(), _client(requirement) as client:
+    with registry_errors(), _client(requirement, deadline=deadline) as client:
         repo = provenance.open_mirror(requirement.source, cache_root=requirement.git_cache)
         # A mistyped requirement fails now, not at the deadline.
         provenance.resolve_commits(
@@ -251,10 +251,14 @@ def registry_errors() -> Iterator[None]:
         raise PermanentError(str(exc)) from exc
 
 
-def _client(requirement: ImageRequirement) -> RegistryClient:
+def _client(requirement: ImageRequirement, *, deadline: float | None = None) -> RegistryClient:
     auth = RegistryAuth(load_credentials(requirement.secret_block))
     # A request is retried for at most one poll interval; past that the poll records the
-    # failure as a sighting and the wait polls on until its own timeout.
+    # failure as a sighting and the wait polls on until its own timeout. No request waits
+    # past the wait's deadline, so a registry that never answers cannot stretch it.
     return RegistryClient(
-        requirement.image.base_url, auth=auth, retry_s=requirement.poll_interval_s
+        requirement.image.base_url,
+        auth=auth,
+        retry_s=requirement.poll_interval_s,
+        deadline=deadline,
     )

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
+from dataclasses import replace
 from typing import Any
 
 import httpx
@@ -37,6 +39,7 @@ INDEX_TYPES = (OCI_INDEX, DOCKER_LIST)
 MANIFEST_ACCEPT = ", ".join((OCI_MANIFEST, OCI_INDEX, DOCKER_MANIFEST, DOCKER_LIST))
 LABEL_REVISION = "org.opencontainers.image.revision"
 LABEL_SOURCE = "org.opencontainers.image.source"
+_LAST_TRY_S = 0.5  # how long a request made at or past its deadline may still wait
 
 
 def sha256_digest(data: bytes) -> str:
@@ -82,11 +85,15 @@ class RegistryClient:
         auth: httpx.Auth | None = None,
         timeout_s: float = 10.0,
         retry_s: float | None = None,
+        deadline: float | None = None,
     ) -> None:
         """retry_s: how long a request is retried (429, 5xx, no answer) by the one retry
-        policy (retrypolicy/retry.py); None: the policy's own bound."""
+        policy (retrypolicy/retry.py); None: the policy's own bound. deadline: a
+        time.monotonic() past which no request waits or is retried (a caller's own
+        timeout); a request made after it gets one short try."""
         self.base_url = base_url.rstrip("/")
         self._retry = policy(retry_s)
+        self._timeout_s, self._deadline = timeout_s, deadline
         self._http = httpx.Client(
             base_url=self.base_url, auth=auth, timeout=timeout_s, follow_redirects=True
         )
@@ -146,7 +153,9 @@ class RegistryClient:
 
         def attempt() -> httpx.Response:
             try:
-                response = self._http.request(method, path, headers={"Accept": accept})
+                response = self._http.request(
+                    method, path, headers={"Accept": accept}, timeout=self._left(self._timeout_s)
+                )
             except RegistryUnavailable as exc:  # the token service's 429 or 5xx
                 raise Retry(exc) from exc
             except httpx.TransportError as exc:
@@ -163,7 +172,14 @@ class RegistryClient:
                 raise Retry(exc, after_s=after) from exc
             return response
 
-        return with_retries(attempt, what=f"registry {method} {url}", rules=self._retry)
+        rules = replace(self._retry, budget_s=self._left(self._retry.budget_s))
+        return with_retries(attempt, what=f"registry {method} {url}", rules=rules)
+
+    def _left(self, bound_s: float) -> float:
+        """bound_s, cut to the time left before the deadline (never under a short try)."""
+        if self._deadline is None:
+            return bound_s
+        return min(bound_s, max(self._deadline - time.monotonic(), _LAST_TRY_S))
 
     def _verified(self, response: httpx.Response, expected: str | None, *, what: str) -> str:
         actual = sha256_digest(response.content)

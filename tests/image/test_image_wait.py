@@ -181,6 +181,23 @@ def test_registry_unavailable_until_the_deadline_is_named_as_the_cause(
     assert front.answered_503 if mode == "unavailable" else front.held
 
 
+def test_a_hanging_registry_does_not_hold_the_wait_past_its_deadline(
+    make_requirement: MakeRequirement, repository: str, front: RegistryFront
+) -> None:
+    """A registry that accepts and never answers: the wait still ends at its own deadline,
+    not a request timeout (10 s) and a poll interval of retries later."""
+    front.switch("hang")
+    requirement = make_requirement(
+        repo=f"{front.host}/{repository}", timeout_s=2.0, poll_interval_s=20.0
+    )
+    started = time.monotonic()
+    with pytest.raises(ImageNotReady, match="was unavailable"):
+        wait_for_image(requirement)
+    took = time.monotonic() - started
+    assert front.held
+    assert took < requirement.timeout_s + 2.0, f"the wait ended {took:.1f} s after it began"
+
+
 def test_registry_recovering_within_the_wait_lets_it_pin(
     registry: Registry,
     repository: str,
