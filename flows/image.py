@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
-import random
 import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
@@ -34,7 +33,7 @@ from ociclient.auth import RegistryAuth, load_credentials
 from ociclient.client import LABEL_REVISION, LABEL_SOURCE, ImageInfo, RegistryClient
 from ociclient.errors import ImageNotFound, RegistryError, RegistryUnavailable
 from ociclient.ref import ImageRef
-from retrypolicy.backoff import compute_delay, compute_sleep
+from retrypolicy.backoff import compute_delay, compute_sleep, draw
 
 logger = logging.getLogger(__name__)
 
@@ -139,7 +138,7 @@ def _report(
 def _delay(requirement: ImageRequirement, attempt: int) -> float:
     # Start at an eighth of the interval so a freshly published image is seen quickly.
     interval = requirement.poll_interval_s
-    return compute_delay(attempt, first_s=interval / 8, cap_s=interval, u=random.random())
+    return compute_delay(attempt, first_s=interval / 8, cap_s=interval, u=draw())
 
 
 def _poll(

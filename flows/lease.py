@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import os
-import random
 import threading
 import time
 from types import TracebackType
@@ -26,7 +25,7 @@ from typing import Any
 from flows.errors import HandoffError, PermanentError, TransientError
 from flows.kube.client import Conflict, Kube, NotFound
 from flows.kube.leases import create_lease, delete_lease, read_lease, replace_lease
-from retrypolicy.backoff import compute_delay
+from retrypolicy.backoff import compute_delay, draw
 
 LEASE_S = int(os.environ.get("HANDOFF_LEASE_S", "30"))
 # Writing stops this share of LEASE_S early: a taker's clock and a renewal's round trip
@@ -201,9 +200,7 @@ class ServiceLease:
             except TransientError as exc:
                 last_error = str(exc)
                 left = max(0.0, self._valid_until - time.monotonic())
-                delay = min(
-                    compute_delay(attempt, first_s=0.2, cap_s=interval, u=random.random()), left
-                )
+                delay = min(compute_delay(attempt, first_s=0.2, cap_s=interval, u=draw()), left)
                 attempt += 1
             except PermanentError as exc:
                 self._lose(f"renewal refused: {exc}")

@@ -7,6 +7,18 @@ therefore sees a change at most one interval after it happens.
 
 from __future__ import annotations
 
+import random
+
+# Draws from a generator of our own: the module-level `random` belongs to the program
+# that imports us (a seeded simulation, a property-based test), and a retry on a
+# background thread must not move its state.
+_draws = random.Random()
+
+
+def draw() -> float:
+    """A jitter draw ``u`` in [0, 1)."""
+    return _draws.random()
+
 
 def compute_delay(
     attempt: int, *, first_s: float, cap_s: float, u: float, jitter: float = 0.5

@@ -14,13 +14,12 @@ from __future__ import annotations
 
 import logging
 import os
-import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from retrypolicy.backoff import compute_delay, compute_sleep
+from retrypolicy.backoff import compute_delay, compute_sleep, draw
 
 T = TypeVar("T")
 # The logger keeps the name the README documents and operators filter on.
@@ -68,7 +67,7 @@ def with_retries(attempt: Callable[[], T], *, what: str, rules: RetryPolicy | No
             left = deadline - time.monotonic()
             delay = max(
                 retry.after_s,
-                compute_delay(tries, first_s=rules.first_s, cap_s=rules.cap_s, u=random.random()),
+                compute_delay(tries, first_s=rules.first_s, cap_s=rules.cap_s, u=draw()),
             )
             if left <= 0 or delay > left:
                 log.warning(
