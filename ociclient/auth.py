@@ -112,7 +112,7 @@ class RegistryAuth(httpx.Auth):
         if challenge.scheme == "basic":
             header = self._basic_header()
         elif challenge.scheme == "bearer":
-            token_response = yield self._token_request(challenge)
+            token_response = yield self._token_request(challenge, request)
             header = f"Bearer {self._read_token(challenge, token_response)}"
         else:
             return
@@ -129,7 +129,7 @@ class RegistryAuth(httpx.Auth):
         pair = f"{creds.username}:{creds.password.get_secret_value()}".encode()
         return "Basic " + base64.b64encode(pair).decode()
 
-    def _token_request(self, challenge: Challenge) -> httpx.Request:
+    def _token_request(self, challenge: Challenge, original: httpx.Request) -> httpx.Request:
         realm = challenge.params.get("realm")
         if not realm:
             raise RegistryAuthError(
@@ -137,7 +137,11 @@ class RegistryAuth(httpx.Auth):
                 "The registry's auth configuration is broken: report it to its operator."
             )
         params = {k: v for k, v in challenge.params.items() if k in ("service", "scope")}
-        request = httpx.Request("GET", realm, params=params)
+        # httpx sets timeouts only on the request it was asked to send: without the
+        # original's, a token service that never answers would hold the caller forever.
+        timeout = original.extensions.get("timeout")
+        extensions = {"timeout": timeout} if timeout is not None else None
+        request = httpx.Request("GET", realm, params=params, extensions=extensions)
         basic = self._basic_header()
         if basic:
             request.headers["Authorization"] = basic

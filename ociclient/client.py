@@ -39,7 +39,9 @@ INDEX_TYPES = (OCI_INDEX, DOCKER_LIST)
 MANIFEST_ACCEPT = ", ".join((OCI_MANIFEST, OCI_INDEX, DOCKER_MANIFEST, DOCKER_LIST))
 LABEL_REVISION = "org.opencontainers.image.revision"
 LABEL_SOURCE = "org.opencontainers.image.source"
-_LAST_TRY_S = 0.5  # how long a request made at or past its deadline may still wait
+# How long a request made at or near its deadline may still take: long enough for any
+# registry that is answering, so the wait's last look judges the image, not the clock.
+_LAST_TRY_S = 2.0
 
 
 def sha256_digest(data: bytes) -> str:
@@ -89,8 +91,8 @@ class RegistryClient:
     ) -> None:
         """retry_s: how long a request is retried (429, 5xx, no answer) by the one retry
         policy (retrypolicy/retry.py); None: the policy's own bound. deadline: a
-        time.monotonic() past which no request waits or is retried (a caller's own
-        timeout); a request made after it gets one short try."""
+        time.monotonic() past which no request is retried (a caller's own timeout);
+        a request made within 2 s of it, or after it, may take those 2 s."""
         self.base_url = base_url.rstrip("/")
         self._retry = policy(retry_s)
         self._timeout_s, self._deadline = timeout_s, deadline
@@ -176,7 +178,7 @@ class RegistryClient:
         return with_retries(attempt, what=f"registry {method} {url}", rules=rules)
 
     def _left(self, bound_s: float) -> float:
-        """bound_s, cut to the time left before the deadline (never under a short try)."""
+        """bound_s, cut to the time left before the deadline, but never under _LAST_TRY_S."""
         if self._deadline is None:
             return bound_s
         return min(bound_s, max(self._deadline - time.monotonic(), _LAST_TRY_S))

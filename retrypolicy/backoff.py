@@ -1,18 +1,21 @@
 """Poll scheduling: exponential backoff with jitter, capped, bounded by a deadline.
 
-Pure arithmetic (the random draw is passed in), so the schedule is tested as a table.
+The schedule is pure arithmetic (``draw()`` supplies its random draw), so it is tested
+as a table.
 Jitter only shortens a delay, never lengthens it: a poller capped at its poll interval
 therefore sees a change at most one interval after it happens.
 """
 
 from __future__ import annotations
 
+import os
 import random
 
 # Draws from a generator of our own: the module-level `random` belongs to the program
 # that imports us (a seeded simulation, a property-based test), and a retry on a
 # background thread must not move its state.
 _draws = random.Random()
+os.register_at_fork(after_in_child=_draws.seed)  # a forked child jitters on its own
 
 
 def draw() -> float:

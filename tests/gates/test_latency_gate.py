@@ -38,8 +38,9 @@ def test_identical_candidate_passes_repeatedly(model_server: StartServer) -> Non
 
 
 # Enough requests that bursts of other work (load 4-5 on 2 cores) landing on a few baseline
-# requests leave the 20 % loss significant: with 8 a side, two such requests lifted the 98 %
-# interval's low end under the margin (0.998) in one run of ten; with 18, none of 25 did.
+# requests leave the 20 % loss significant: with 8 a side at one stream, such requests
+# pulled the 98 % interval's low end down to 0.998, under the 1.05 margin, in one run of
+# ten; with 18, none of 25 runs did.
 SLOWER = SMALL.model_copy(update={"rounds": 6, "min_requests_per_round": 3})
 
 
@@ -52,7 +53,7 @@ def test_twenty_percent_slower_candidate_fails(model_server: StartServer) -> Non
     assert one["tpot"].outcome == "regressed"
     # 1.198-1.201 on a quiet machine; late wake-ups of either server under load move the
     # median ratio (1.148-1.220 in 25 runs at load 4-5)
-    assert one["tpot"].ratio == pytest.approx(1.2, rel=0.05)
+    assert one["tpot"].ratio == pytest.approx(1.2, rel=0.06)
     # at 4 streams prefill steps interleave with decode, so per-request TPOT is bimodal and its
     # median jumps between the modes under load (1.06-1.23 seen): it must still show a loss,
     # and throughput, a ratio of sums, must show its size

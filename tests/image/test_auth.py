@@ -6,6 +6,8 @@ registry's own ``auth: token``, with a token service made here) and a Basic chal
 from __future__ import annotations
 
 import json
+import socket
+import time
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,7 +22,7 @@ from ociclient.auth import (
     load_credentials,
 )
 from ociclient.client import LABEL_REVISION, RegistryClient
-from ociclient.errors import RegistryAuthError
+from ociclient.errors import RegistryAuthError, RegistryUnavailable
 from sandbox.publisher import publish
 from sandbox.registry import Registry
 from sandbox.srcrepo import SourceRepo
@@ -103,6 +105,28 @@ def test_refused_credentials_raise_without_leaking(
         client.resolve(repository, "sm70")
     for secret in (PASSWORD, "wrong-pass"):
         assert secret not in str(info.value)
+
+
+def test_a_token_service_that_never_answers_is_a_timeout_not_a_hang(
+    tmp_path: Path, token_service: TokenService, repository: str
+) -> None:
+    """The token fetch inside the auth flow keeps the client's own timeout: a token service
+    that accepts connections and never answers makes the registry unavailable, in bounded
+    time, instead of holding the image wait (or a pull) forever."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()  # the kernel completes connections; nobody reads or answers
+        auth = token_service.registry_auth()
+        auth["token"]["realm"] = f"http://127.0.0.1:{silent.getsockname()[1]}/token"  # type: ignore[index]
+        registry = Registry.start(tmp_path / "registry", auth=auth)
+        try:
+            started = time.monotonic()
+            client = RegistryClient(registry.url, auth=_auth(ENV), timeout_s=1.0, retry_s=1.0)
+            with client, pytest.raises(RegistryUnavailable, match="did not answer"):
+                client.resolve(repository, "sm70")
+            assert time.monotonic() - started < 10
+        finally:
+            registry.stop()
 
 
 def test_check_image_uses_env_credentials(

@@ -184,8 +184,9 @@ def test_registry_unavailable_until_the_deadline_is_named_as_the_cause(
 def test_a_hanging_registry_does_not_hold_the_wait_past_its_deadline(
     make_requirement: MakeRequirement, repository: str, front: RegistryFront
 ) -> None:
-    """A registry that accepts and never answers: the wait still ends at its own deadline,
-    not a request timeout (10 s) and a poll interval of retries later."""
+    """A registry that accepts and never answers: the wait ends at its own deadline (give
+    or take the last look's 2 s), not a request timeout (10 s) and a poll interval of
+    retries later."""
     front.switch("hang")
     requirement = make_requirement(
         repo=f"{front.host}/{repository}", timeout_s=2.0, poll_interval_s=20.0
@@ -195,7 +196,8 @@ def test_a_hanging_registry_does_not_hold_the_wait_past_its_deadline(
         wait_for_image(requirement)
     took = time.monotonic() - started
     assert front.held
-    assert took < requirement.timeout_s + 2.0, f"the wait ended {took:.1f} s after it began"
+    # the old client took 20 s here; 5 s leaves room for the last look and a loaded machine
+    assert took < requirement.timeout_s + 5.0, f"the wait ended {took:.1f} s after it began"
 
 
 def test_registry_recovering_within_the_wait_lets_it_pin(
