@@ -13,7 +13,6 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from dataclasses import replace
 from typing import Any
 
 import httpx
@@ -174,7 +173,7 @@ class RegistryClient:
                 raise Retry(exc, after_s=after) from exc
             return response
 
-        rules = replace(self._retry, budget_s=self._left(self._retry.budget_s))
+        rules = policy(self._left(self._retry.budget_s))  # as the apiserver client bounds it
         return with_retries(attempt, what=f"registry {method} {url}", rules=rules)
 
     def _left(self, bound_s: float) -> float:
