@@ -15,6 +15,9 @@ from sandbox.modelserver.launch import ServerProcess, start
 
 STREAMS = 16
 TOKENS = 60
+# 60 tokens at 50 ms keep the streams open 3 s after the signal: time for a client on a
+# loaded machine to ask while the server drains (it exits as soon as the last one ends).
+CADENCE_MS = 50.0
 
 
 async def streams_with_sigterm(server: ServerProcess) -> tuple[list[StreamResult], list[int]]:
@@ -30,27 +33,32 @@ async def streams_with_sigterm(server: ServerProcess) -> tuple[list[StreamResult
 
     bodies = [load_body(max_tokens=TOKENS)] * STREAMS
     streams = asyncio.create_task(run_streams(server.base_url, bodies, on_event=on_event))
-    await asyncio.wait_for(all_streaming.wait(), 30)
-    server.proc.terminate()
-    refused = await statuses_while_draining(server.base_url)
+    # The client exists before the signal: building one loads the CA bundle, which took
+    # 0.5-2 s on a loaded machine, longer than a short drain lasts. A new connection for
+    # each request: the drain closes idle kept-alive ones, racing a reuse.
+    fresh = httpx.Limits(max_keepalive_connections=0)
+    async with httpx.AsyncClient(base_url=server.base_url, timeout=10, limits=fresh) as client:
+        await asyncio.wait_for(all_streaming.wait(), 30)
+        server.proc.terminate()
+        refused = await statuses_while_draining(client)
     return await streams, refused
 
 
-async def statuses_while_draining(url: str) -> list[int]:
+async def statuses_while_draining(client: httpx.AsyncClient) -> list[int]:
     """/health once the signal is handled, then a new completion request."""
-    async with httpx.AsyncClient(base_url=url, timeout=10) as client:
-        for _ in range(100):
-            health = await client.get("/health")
-            if health.status_code == 503:
-                break
-            await asyncio.sleep(0.01)
-        late = await client.post("/v1/completions", json=load_body(max_tokens=1))
+    for _ in range(100):
+        health = await client.get("/health")
+        if health.status_code == 503:
+            break
+        await asyncio.sleep(0.01)
+    late = await client.post("/v1/completions", json=load_body(max_tokens=1))
     return [health.status_code, late.status_code]
 
 
 def test_sigterm_lets_sixteen_open_streams_finish(tmp_path: Path) -> None:
     truth = tmp_path / "truth.jsonl"
-    server = start(ServerConfig(profile="cadence", port=0, cadence_ms=10.0, ground_truth=truth))
+    config = ServerConfig(profile="cadence", port=0, cadence_ms=CADENCE_MS, ground_truth=truth)
+    server = start(config)
     results, refused = asyncio.run(streams_with_sigterm(server))
     assert server.proc.wait(30) == 0
     assert refused == [503, 503]
