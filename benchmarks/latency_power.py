@@ -4,25 +4,32 @@ candidate, against the measurement budget, for the gate's own decision (fixed an
 1. Measures: three simulated model servers of one profile, a baseline, an identical twin and
    one with every step 10 % slower (`--slowdown 1.1`), under the gate's closed-loop load
    (native transport); `--collect-rounds` interleaved rounds of each at every level.
-2. Replays: a trial draws rounds (the same round index for both sides, with replacement) and
-   runs the gate's decision (`gates.latency.evaluate_level`, `is_certain`) on them exactly as
-   the live gate would at each look. Twin vs baseline: any FAIL is a false alarm; slow vs
-   baseline: a FAIL is a detection.
+2. Replays: a trial draws distinct rounds (the same round indices for both sides, in random
+   order) and runs the gate's decision (`gates.latency.evaluate_level`, `is_certain`) on them
+   exactly as the live gate would at each look. Twin vs baseline: any FAIL is a false alarm;
+   slow vs baseline: a FAIL is a detection.
 Per level and maximum rounds it prints both rates (and their counts), the mean rounds the
 sequential gate used and the seconds a level takes (measured round time × rounds × 2
-sides), beside the fixed design that always runs every round.
+sides), beside the fixed design that always runs every round; at more than one stream, for
+each bootstrap unit (`resample`: whole rounds, the default, and single requests).
+`--bursts N` measures beside N processes that alternate 50–600 ms of CPU with 50–500 ms
+idle (seeded), the load under which a round-level unit matters.
 
-    uv run python benchmarks/latency_power.py [--levels 1,16] [--collect-rounds 16]
+    uv run python benchmarks/latency_power.py [--levels 1,16] [--collect-rounds 16] [--bursts 8]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import itertools
 import multiprocessing
 import os
+import random
 import tempfile
 import time
+from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -76,10 +83,13 @@ async def collect(urls: dict[str, str], concurrency: int, args: argparse.Namespa
     return Collected(concurrency, rounds, round_s)
 
 
+Verdict = tuple[bool, int, tuple[str, ...]]  # failed, rounds used, the metrics that regressed
+
+
 def decide(
     data: Collected, candidate: str, picks: np.ndarray, settings: LatencySettings
-) -> tuple[bool, int]:
-    """The gate's verdict on these rounds: (failed, rounds used)."""
+) -> Verdict:
+    """The gate's verdict on these rounds."""
     at_look = settings.at_each_look()
     looks = settings.looks()
     for done in looks:
@@ -89,19 +99,22 @@ def decide(
         }
         level = evaluate_level(runs, data.concurrency, at_look, rounds=done)
         if done == settings.rounds or is_certain(level, at_look):
-            return level.passed is False, done
+            regressed = tuple(c.metric for c in level.comparisons if c.outcome == "regressed")
+            return level.passed is False, done, regressed
     raise AssertionError("the last round is always a look")
 
 
 _COLLECTED: list[Collected] = []  # set before the worker processes fork: nothing to pickle
 
 
-def trial(job: tuple[int, str, int, bool, int]) -> tuple[bool, int]:
-    index, candidate, max_rounds, sequential, seed = job
+def trial(job: tuple[int, str, int, bool, str, int]) -> Verdict:
+    index, candidate, max_rounds, sequential, resample, seed = job
     data = _COLLECTED[index]
     rng = np.random.default_rng(seed)
-    picks = rng.integers(0, len(data.rounds["baseline"]), size=max_rounds)
-    settings = LatencySettings(rounds=max_rounds, sequential=sequential, bootstrap_resamples=1000)
+    picks = rng.choice(len(data.rounds["baseline"]), size=max_rounds, replace=False)
+    settings = LatencySettings(
+        rounds=max_rounds, sequential=sequential, resample=resample, bootstrap_resamples=1000
+    )
     return decide(data, candidate, picks, settings)
 
 
@@ -112,27 +125,42 @@ def analyse(index: int, args: argparse.Namespace, pool: ProcessPoolExecutor) -> 
         f" requests a round, {data.round_s:.2f} s a side's round"
     )
     print(
-        f"{'rounds':>6} {'design':>10} {'false alarms':>14} {'detection':>12} "
-        f"{'rounds used twin/slow':>22} {'s per level':>12}"
+        f"{'rounds':>6} {'design':>10} {'unit':>8} {'false alarms':>14} {'detection':>12} "
+        f"{'rounds used twin/slow':>22} {'s per level':>12}  false alarms on"
     )
-    for max_rounds in args.budgets:
-        for sequential in (False, True):
-            rates = {}
-            for candidate in ("twin", "slow"):
-                jobs = [
-                    (index, candidate, max_rounds, sequential, seed) for seed in range(args.trials)
-                ]
-                rates[candidate] = list(pool.map(trial, jobs, chunksize=4))
-            fa = sum(failed for failed, _ in rates["twin"])
-            det = sum(failed for failed, _ in rates["slow"])
-            used = [np.mean([n for _, n in rates[c]]) for c in ("twin", "slow")]
-            seconds = max(used) * data.round_s * 2
-            design = "sequential" if sequential else "fixed"
-            print(
-                f"{max_rounds:>6} {design:>10} {fa / args.trials:>8.1%} ({fa:>3}) "
-                f"{det / args.trials:>6.1%} ({det:>3}) {used[0]:>10.1f} / {used[1]:<9.1f}"
-                f"{seconds:>12.1f}"
-            )
+    units = ("round", "request") if data.concurrency > 1 else ("request",)
+    for max_rounds, sequential, unit in itertools.product(args.budgets, (False, True), units):
+        rates = {}
+        for candidate in ("twin", "slow"):
+            jobs = [
+                (index, candidate, max_rounds, sequential, unit, seed)
+                for seed in range(args.trials)
+            ]
+            rates[candidate] = list(pool.map(trial, jobs, chunksize=4))
+        fa = sum(failed for failed, _, _ in rates["twin"])
+        det = sum(failed for failed, _, _ in rates["slow"])
+        used = [np.mean([n for _, n, _ in rates[c]]) for c in ("twin", "slow")]
+        alarms = Counter(metric for _, _, metrics in rates["twin"] for metric in metrics)
+        seconds = max(used) * data.round_s * 2
+        design = "sequential" if sequential else "fixed"
+        print(
+            f"{max_rounds:>6} {design:>10} {unit:>8} {fa / args.trials:>8.1%} ({fa:>3}) "
+            f"{det / args.trials:>6.1%} ({det:>3}) {used[0]:>10.1f} / {used[1]:<9.1f}"
+            f"{seconds:>12.1f}  {', '.join(f'{m} {n}' for m, n in alarms.most_common())}"
+        )
+
+
+def burst(seed: int) -> None:
+    """CPU for 50-600 ms, idle for 50-500 ms, until killed: load that comes in bursts, at a
+    higher priority than the servers where allowed, as a noisy neighbour may be."""
+    with contextlib.suppress(PermissionError):
+        os.nice(-5)
+    rng = random.Random(seed)
+    while True:
+        busy_until = time.monotonic() + rng.uniform(0.05, 0.6)
+        while time.monotonic() < busy_until:
+            pass
+        time.sleep(rng.uniform(0.05, 0.5))
 
 
 def main() -> None:
@@ -142,11 +170,21 @@ def main() -> None:
     parser.add_argument("--collect-rounds", type=int, default=16)
     parser.add_argument("--budgets", default="3,6,9,12", help="maximum rounds to evaluate")
     parser.add_argument("--trials", type=int, default=200)
+    parser.add_argument("--bursts", type=int, default=0, help="bursty CPU hogs while measuring")
     parser.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2) - 2))
     args = parser.parse_args()
     args.budgets = [int(b) for b in args.budgets.split(",")]
+    if max(args.budgets) > args.collect_rounds:
+        parser.error(
+            f"--budgets up to {max(args.budgets)} rounds need at least as many measured: "
+            f"--collect-rounds is {args.collect_rounds} (a trial draws distinct rounds)"
+        )
     extra = {"baseline": [], "twin": ["--model-id", "twin"], "slow": ["--slowdown", "1.1"]}
+    context = multiprocessing.get_context("fork")
+    hogs = [context.Process(target=burst, args=(seed,), daemon=True) for seed in range(args.bursts)]
     with tempfile.TemporaryDirectory() as workdir:
+        for hog in hogs:
+            hog.start()
         servers = {
             side: start_server(args.profile, workdir=Path(workdir), args=extra[side])
             for side in SIDES
@@ -158,12 +196,14 @@ def main() -> None:
         finally:
             for server in servers.values():
                 server.stop()
+            for hog in hogs:
+                hog.kill()
     load = ", ".join(f"{v:.2f}" for v in os.getloadavg())
     print(
-        f"{args.profile}: {os.cpu_count()} cores, load average {load} after measuring; "
-        f"{args.trials} trials a cell, rounds drawn from {args.collect_rounds} measured"
+        f"{args.profile}: {os.cpu_count()} cores, load average {load} after measuring "
+        f"({args.bursts} bursty hogs); {args.trials} trials a cell, distinct rounds drawn "
+        f"from {args.collect_rounds} measured"
     )
-    context = multiprocessing.get_context("fork")
     with ProcessPoolExecutor(args.workers, mp_context=context) as pool:
         for index in range(len(_COLLECTED)):
             analyse(index, args, pool)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -23,6 +24,24 @@ MAX_ERROR_KINDS = 5
 CDF_POINTS = 201  # quantiles kept per metric: the distribution's shape at a bounded size
 
 
+PerRequest = Callable[[RequestMetrics], np.ndarray | None]
+"""One request's values, e.g. its TTFT or all its gaps; None or empty: it has none."""
+
+
+def scalar_ms(field: str) -> PerRequest:
+    """A request's `ttft`, `e2el` or `tpot` in ms as one value (no TPOT for one token)."""
+
+    def value(m: RequestMetrics) -> np.ndarray | None:
+        found = m.tpot_ms if field == "tpot" else getattr(m, f"{field}_ns") / NS_PER_MS
+        return None if found is None else np.array([found])
+
+    return value
+
+
+def gaps_ms(m: RequestMetrics) -> np.ndarray:
+    return np.asarray(m.itl_ns, dtype=float) / NS_PER_MS
+
+
 @dataclass(frozen=True)
 class CellSamples:
     """Per-request metrics of the successful requests of one cell, plus failure counts."""
@@ -33,27 +52,50 @@ class CellSamples:
     duration_s: float
     n_out_guessed: int = 0  # successful requests whose N_out was not in `usage`
     n_ended_early: int = 0  # successful requests the model ended (EOS) before max_tokens
+    # Per request, the round it ran in when rounds are the bootstrap's unit; empty: requests.
+    units: tuple[int, ...] = ()
 
     @classmethod
-    def from_runs(cls, runs: list[Run]) -> CellSamples:
+    def from_runs(cls, runs: list[Run], *, by_round: bool = False) -> CellSamples:
+        """`by_round`: a round's requests form one unit. Requests that stream side by side
+        share every stall of the machine (a burst of CPU load slows a whole round), so
+        they are not independent: only whole rounds are."""
         records = [record for run in runs for record in run.records]
-        metrics = [m for r in records if (m := compute_request_metrics(r)) is not None]
+        metrics: list[RequestMetrics] = []
+        rounds: list[int] = []
+        for number, run in enumerate(runs):
+            for record in run.records:
+                if (m := compute_request_metrics(record)) is not None:
+                    metrics.append(m)
+                    rounds.append(number)
         errors = Counter(_error_kind(r.error) for r in records if r.error is not None)
         errors.update("no token events" for r in records if r.error is None and not r.ok)
         guessed = sum(r.ok and r.n_out_source == "events" for r in records)
         early = sum(r.ok and r.ended_early for r in records)
         duration_s = sum(run.duration_s for run in runs)
-        return cls(metrics, len(records), errors, duration_s, guessed, early)
+        units = tuple(rounds) if by_round else ()
+        return cls(metrics, len(records), errors, duration_s, guessed, early, units)
+
+    def per_request(self, values: PerRequest) -> list[np.ndarray]:
+        """`values` of each request that has any."""
+        return [found for m in self.metrics if (found := values(m)) is not None and found.size]
+
+    def resampling_units(self, values: PerRequest) -> list[np.ndarray]:
+        """`values` joined into the units the bootstrap draws whole: one per request, or
+        one per round (`from_runs`)."""
+        grouped: dict[int, list[np.ndarray]] = {}
+        for unit, m in zip(self.units or range(len(self.metrics)), self.metrics, strict=True):
+            if (found := values(m)) is not None and found.size:
+                grouped.setdefault(unit, []).append(found)
+        return [np.concatenate(parts) for parts in grouped.values()]
 
     def values_ms(self, field: str) -> np.ndarray:
         """One value per request: `ttft`, `e2el` or `tpot` in ms."""
-        if field == "tpot":
-            return np.array([t for m in self.metrics if (t := m.tpot_ms) is not None])
-        return np.array([getattr(m, f"{field}_ns") / NS_PER_MS for m in self.metrics])
+        return np.concatenate(self.per_request(scalar_ms(field)) or [np.empty(0)])
 
     def itl_ms(self) -> list[np.ndarray]:
-        """Each request's gaps, one array per request (the bootstrap resamples requests)."""
-        return [np.asarray(m.itl_ns, dtype=float) / NS_PER_MS for m in self.metrics if m.itl_ns]
+        """Each request's gaps, one array per request."""
+        return self.per_request(gaps_ms)
 
     def output_tokens(self) -> int:
         return sum(m.n_out for m in self.metrics)

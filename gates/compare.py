@@ -2,7 +2,9 @@
 
 A metric regresses only when both hold (notes/gates.md, "deciding a regression"):
 - one-sided Mann-Whitney U on per-request values says the candidate is worse (p < alpha), and
-- the whole bootstrap interval of candidate/baseline lies past the practical margin.
+- the whole bootstrap interval of candidate/baseline lies past the practical margin; at more
+  than one stream it resamples whole rounds, so one round that a burst of machine load
+  slowed is not a regression unless the rest agree.
 The margin keeps CPU noise on a shared machine from failing a candidate identical to its
 baseline; the interval keeps a lucky point estimate from failing it either.
 """
@@ -17,7 +19,8 @@ import numpy as np
 from pydantic import BaseModel
 
 from gates import stats
-from gates.cell import CellSamples
+from gates.cell import CellSamples, PerRequest, gaps_ms, scalar_ms
+from gates.metrics import NS_PER_MS, RequestMetrics
 from gates.settings import LatencySettings
 
 MetricName = Literal["tpot", "ttft", "itl_p99", "throughput"]
@@ -40,18 +43,14 @@ class Comparison(BaseModel):
 class _MetricSpec:
     name: MetricName
     worse_when: Literal["higher", "lower"]
-    units: Callable[[CellSamples], list[np.ndarray]]  # what the bootstrap resamples
-    statistic: stats.Statistic
+    values: PerRequest  # one request's share of a unit
+    statistic: stats.Statistic  # over the values of the units drawn
     per_request: Callable[[CellSamples], np.ndarray]  # what Mann-Whitney ranks
 
 
-def _scalar_units(field: str) -> Callable[[CellSamples], list[np.ndarray]]:
-    return lambda cell: [np.array([v]) for v in cell.values_ms(field)]
-
-
-def _throughput_units(cell: CellSamples) -> list[np.ndarray]:
-    # Closed loop: throughput ∝ Σ N_out / Σ E2EL, so a unit carries both (tokens, ms).
-    return [np.array([m.n_out, m.e2el_ns / 1e6]) for m in cell.metrics]
+def _tokens_and_time(m: RequestMetrics) -> np.ndarray:
+    # Closed loop: throughput ∝ Σ N_out / Σ E2EL, so a request carries both (tokens, ms).
+    return np.array([m.n_out, m.e2el_ns / NS_PER_MS])
 
 
 def _throughput(values: np.ndarray) -> Any:
@@ -59,23 +58,19 @@ def _throughput(values: np.ndarray) -> Any:
 
 
 _SPECS = (
-    _MetricSpec(
-        "tpot", "higher", _scalar_units("tpot"), stats.median, lambda c: c.values_ms("tpot")
-    ),
-    _MetricSpec(
-        "ttft", "higher", _scalar_units("ttft"), stats.median, lambda c: c.values_ms("ttft")
-    ),
+    _MetricSpec("tpot", "higher", scalar_ms("tpot"), stats.median, lambda c: c.values_ms("tpot")),
+    _MetricSpec("ttft", "higher", scalar_ms("ttft"), stats.median, lambda c: c.values_ms("ttft")),
     _MetricSpec(
         "itl_p99",
         "higher",
-        lambda c: c.itl_ms(),
+        gaps_ms,
         stats.p99,
         lambda c: np.array([stats.p99(gaps) for gaps in c.itl_ms()]),
     ),
     _MetricSpec(
         "throughput",
         "lower",
-        _throughput_units,
+        _tokens_and_time,
         _throughput,
         lambda c: np.array([m.n_out / m.e2el_ns for m in c.metrics]),
     ),
@@ -94,22 +89,21 @@ def _compare(
 ) -> Comparison:
     margin = getattr(settings.margins, spec.name)
     head = {"metric": spec.name, "worse_when": spec.worse_when, "margin": margin}
-    cand_units, base_units = spec.units(candidate), spec.units(baseline)
-    if min(len(cand_units), len(base_units)) < settings.min_samples:
+    worse, better = spec.per_request(candidate), spec.per_request(baseline)
+    if min(worse.size, better.size) < settings.min_samples:
         reason = (
-            f"{len(cand_units)} candidate and {len(base_units)} baseline samples; "
+            f"{worse.size} candidate and {better.size} baseline samples; "
             f"at least {settings.min_samples} a side are needed"
         )
         return Comparison(**head, outcome="no verdict", reason=reason)
     interval = stats.bootstrap_ratio(
-        cand_units,
-        base_units,
+        candidate.resampling_units(spec.values),
+        baseline.resampling_units(spec.values),
         spec.statistic,
         confidence=settings.confidence,
         n_resamples=settings.bootstrap_resamples,
         seed=settings.seed,
     )
-    worse, better = spec.per_request(candidate), spec.per_request(baseline)
     if spec.worse_when == "lower":
         worse, better = better, worse
     p_value = stats.mann_whitney_greater(worse, better)

@@ -27,6 +27,7 @@ from gates.slo import check_slos
 
 LatencyResult = GateResult[LatencyFigures]
 CANDIDATE, BASELINE = "candidate", "baseline"
+MIN_ROUNDS_AS_UNITS = 3
 T = TypeVar("T")
 
 
@@ -142,7 +143,10 @@ def evaluate_level(
     runs: dict[str, list[Run]], concurrency: int, settings: LatencySettings, *, rounds: int
 ) -> LevelFigures:
     """Figures and verdict of one level from its runs so far (pure: benchmarks replay it)."""
-    samples = {label: CellSamples.from_runs(side_runs) for label, side_runs in runs.items()}
+    samples = {
+        label: CellSamples.from_runs(side_runs, by_round=_by_round(concurrency, settings, rounds))
+        for label, side_runs in runs.items()
+    }
     cells = {
         label: summarise_cell(s, label=label, concurrency=concurrency, slo=settings.slo)
         for label, s in samples.items()
@@ -162,6 +166,13 @@ def evaluate_level(
         max_rounds=settings.rounds,
     )
     return _decide_level(level, settings)
+
+
+def _by_round(concurrency: int, settings: LatencySettings, rounds: int) -> bool:
+    """Whole rounds are the bootstrap's unit when streams run side by side, from
+    MIN_ROUNDS_AS_UNITS a side: drawn from fewer, an interval has next to no spread (from
+    one round, none), so single requests are drawn then."""
+    return concurrency > 1 and settings.resample == "round" and rounds >= MIN_ROUNDS_AS_UNITS
 
 
 def is_certain(level: LevelFigures, settings: LatencySettings) -> bool:

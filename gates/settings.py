@@ -51,7 +51,8 @@ class LatencySettings(_Settings):
     measured rounds): per level and side at most 9 rounds of max(1, ceil(3 / concurrency))
     waves of 32-token requests, looked at after rounds 3, 6 and 9 with alpha split over the
     looks. A clear regression stops at the first look; on a quiet machine a clear pass does
-    too. On a loaded 2-core machine 3 rounds gave 3-5 % false alarms, 9 sequential rounds 1 %.
+    too. On a loaded 2-core machine 3 rounds gave 3-5 % false alarms, 9 sequential rounds 1 %
+    (requests drawn singly); under bursts of load drawing whole rounds cut them (README).
     """
 
     levels: list[Annotated[int, Field(ge=1)]] = Field(
@@ -77,6 +78,12 @@ class LatencySettings(_Settings):
     warmup_requests_per_stream: int = Field(1, ge=0, description="excluded from the figures")
     read_timeout_s: float = Field(
         30.0, gt=0, description="a stream with no token event this long has failed"
+    )
+    resample: Literal["round", "request"] = Field(
+        "round",
+        description="bootstrap unit at more than one stream: whole rounds (a burst of load "
+        "on the machine stalls every stream of a round at once; from 3 rounds a side, "
+        "single requests before) or single requests",
     )
     transport: Literal["native", "httpx"] = Field(
         "native", description="streaming transport; https:// and proxies always use httpx"

@@ -1,8 +1,9 @@
 """Statistics for deciding a latency regression: Mann-Whitney U and bootstrap intervals.
 
-Pure numpy. The unit is one value per request (gaps inside a request are correlated), so
-resampling draws whole requests. Intervals are percentile-bootstrap intervals with a fixed
-seed, so a recorded run always decides the same way.
+Pure numpy. Resampling draws whole units: a request (gaps inside a request are
+correlated), or at more than one stream a whole round (requests streaming side by side share
+the machine's stalls; `gates.cell.CellSamples.from_runs`). Intervals are percentile-bootstrap
+intervals with a fixed seed, so a recorded run always decides the same way.
 """
 
 from __future__ import annotations
@@ -72,7 +73,8 @@ def bootstrap_ratio(
 ) -> Interval:
     """Interval of statistic(candidate) / statistic(baseline), resampling whole units.
 
-    A unit is one request's array of values (one value for TTFT, all its gaps for ITL).
+    A unit is one request's array of values (one value for TTFT, all its gaps for ITL), or
+    a round's: its requests' arrays joined.
     """
     rng = np.random.default_rng(seed)
     cand_draws = _resampled_statistics(candidate, statistic, n_resamples, rng)
