@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -76,17 +76,23 @@ class CellSamples:
         units = tuple(rounds) if by_round else ()
         return cls(metrics, len(records), errors, duration_s, guessed, early, units)
 
+    def _found(self, values: PerRequest) -> Iterator[tuple[int, np.ndarray]]:
+        """(position, `values`) of each request that has any."""
+        for position, m in enumerate(self.metrics):
+            if (found := values(m)) is not None and found.size:
+                yield position, found
+
     def per_request(self, values: PerRequest) -> list[np.ndarray]:
         """`values` of each request that has any."""
-        return [found for m in self.metrics if (found := values(m)) is not None and found.size]
+        return [found for _, found in self._found(values)]
 
     def resampling_units(self, values: PerRequest) -> list[np.ndarray]:
         """`values` joined into the units the bootstrap draws whole: one per request, or
         one per round (`from_runs`)."""
+        unit_of = self.units or range(len(self.metrics))
         grouped: dict[int, list[np.ndarray]] = {}
-        for unit, m in zip(self.units or range(len(self.metrics)), self.metrics, strict=True):
-            if (found := values(m)) is not None and found.size:
-                grouped.setdefault(unit, []).append(found)
+        for position, found in self._found(values):
+            grouped.setdefault(unit_of[position], []).append(found)
         return [np.concatenate(parts) for parts in grouped.values()]
 
     def values_ms(self, field: str) -> np.ndarray:

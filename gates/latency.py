@@ -143,8 +143,9 @@ def evaluate_level(
     runs: dict[str, list[Run]], concurrency: int, settings: LatencySettings, *, rounds: int
 ) -> LevelFigures:
     """Figures and verdict of one level from its runs so far (pure: benchmarks replay it)."""
+    by_round = _by_round(concurrency, settings, rounds)
     samples = {
-        label: CellSamples.from_runs(side_runs, by_round=_by_round(concurrency, settings, rounds))
+        label: CellSamples.from_runs(side_runs, by_round=by_round)
         for label, side_runs in runs.items()
     }
     cells = {
