@@ -23,9 +23,16 @@ class ServerProcess:
     proc: subprocess.Popen[str]
     base_url: str = ""
     stderr_lines: list[str] = field(default_factory=list)
+    collector: threading.Thread | None = None
 
     @property
     def stderr(self) -> str:
+        """What the server wrote to stderr so far; once it has exited, all of it. The lines
+        arrive on a reader thread, which may not yet have read a server's last words when
+        its exit is seen, so wait for the pipe's end (bounded: a leftover child of the
+        server could keep the pipe open)."""
+        if self.collector is not None and self.proc.poll() is not None:
+            self.collector.join(timeout=5)
         return "".join(self.stderr_lines)
 
     def terminate(self, timeout_s: float = 30.0) -> int:
@@ -52,8 +59,10 @@ def start(config: ServerConfig, *, timeout_s: float = 60.0) -> ServerProcess:
         cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=os.environ.copy()
     )
     server = ServerProcess(config, proc)
-    collector = threading.Thread(target=_collect, args=(proc, server.stderr_lines), daemon=True)
-    collector.start()
+    server.collector = threading.Thread(
+        target=_collect, args=(proc, server.stderr_lines), daemon=True
+    )
+    server.collector.start()
     timer = threading.Timer(timeout_s, proc.kill)
     timer.start()
     try:
@@ -62,7 +71,6 @@ def start(config: ServerConfig, *, timeout_s: float = 60.0) -> ServerProcess:
         timer.cancel()
     if not line.startswith(BANNER):
         code = proc.wait()
-        collector.join(timeout=5)
         raise ServerStartError(
             f"model server {config.profile!r} did not start (expected {BANNER!r} on stdout "
             f"within {timeout_s} s, got {line!r}, exit code {code}); stderr: "

@@ -40,13 +40,15 @@ class PausingRun:
     lines: list[str] = field(default_factory=list)
     run_id: str | None = None
     _seen: threading.Event = field(default_factory=threading.Event)
+    _drainer: threading.Thread | None = None
 
     @classmethod
     def start(cls, spec_file: Path, env: dict[str, str]) -> PausingRun:
         return cls(start_handoff(spec_file, env), env["PREFECT_API_URL"])
 
     def __post_init__(self) -> None:
-        threading.Thread(target=self._drain, daemon=True).start()
+        self._drainer = threading.Thread(target=self._drain, daemon=True)
+        self._drainer.start()
 
     def _drain(self) -> None:
         assert self.process.stdout is not None
@@ -60,6 +62,9 @@ class PausingRun:
 
     @property
     def output(self) -> str:
+        """Its output so far; once it has exited, all of it (the drain may lag the exit)."""
+        if self._drainer is not None and self.process.poll() is not None:
+            self._drainer.join(timeout=5)
         return "".join(self.lines)
 
     def state(self) -> dict[str, object]:
