@@ -18,10 +18,12 @@ from sandbox.modelserver import ServerConfig
 from sandbox.modelserver.drive import StreamResult, load_body, stream
 from sandbox.modelserver.engine.link import ENGINE_DEAD_EXIT_CODE
 from sandbox.modelserver.faults import CUDARC_EXIT_CODE
-from sandbox.modelserver.launch import ServerStartError, start
+from sandbox.modelserver.launch import ServerStartError, launched, start
 from tests.modelserver.conftest import StartServers
 
-SLOW_START_S = 2.0
+# The cold start counts from the banner, and both first requests must land inside it: long
+# enough that a stalled test process on a loaded machine still sees it.
+SLOW_START_S = 6.0
 STALL_AFTER = 3
 
 
@@ -33,30 +35,35 @@ def test_crash_on_start_panics_like_cudarc_without_libcuda() -> None:
 
 
 @pytest.fixture(scope="module")
-def faulty(start_servers: StartServers) -> dict[str, str]:
-    slow, stalling = start_servers(
-        {"profile": "cadence", "faults": ["slow_start"], "slow_start_s": SLOW_START_S},
+def stalling(start_servers: StartServers) -> str:
+    (server,) = start_servers(
         {"profile": "cadence", "cadence_ms": 10.0, "faults": ["stall"]}
         | {"stall_after_tokens": STALL_AFTER},
     )
-    return {"slow": slow.base_url, "stall": stalling.base_url}
+    return server.base_url
 
 
-def test_slow_start_answers_503_until_the_model_is_loaded(faulty: dict[str, str]) -> None:
-    with httpx.Client(base_url=faulty["slow"], timeout=10) as client:
-        first = client.get("/health")
-        refused = client.post("/v1/completions", json={"prompt": "x", "max_tokens": 1})
+def test_slow_start_answers_503_until_the_model_is_loaded() -> None:
+    # The client exists before the server does: building one (its CA bundle) can take
+    # seconds on a loaded machine, and the cold start is already running at the banner.
+    config = ServerConfig(
+        profile="cadence", port=0, faults=["slow_start"], slow_start_s=SLOW_START_S
+    )
+    with httpx.Client(timeout=10) as client, launched(config) as server:
+        first = client.get(server.base_url + "/health")
+        body = {"prompt": "x", "max_tokens": 1}
+        refused = client.post(server.base_url + "/v1/completions", json=body)
         deadline = time.monotonic() + 10 * SLOW_START_S
-        while client.get("/health").status_code != 200:
+        while client.get(server.base_url + "/health").status_code != 200:
             assert time.monotonic() < deadline, "the server never became ready"
             time.sleep(0.05)
-        served = client.post("/v1/completions", json={"prompt": "x", "max_tokens": 1})
+        served = client.post(server.base_url + "/v1/completions", json=body)
     assert first.status_code == 503 and first.json()["status"] == "starting"
     assert refused.status_code == 503 and "loading" in refused.json()["error"]["message"]
     assert served.status_code == 200
 
 
-def test_stall_stops_every_stream_mid_response(faulty: dict[str, str]) -> None:
+def test_stall_stops_every_stream_mid_response(stalling: str) -> None:
     partial = StreamResult()
 
     def keep(result: StreamResult) -> None:
@@ -65,7 +72,7 @@ def test_stall_stops_every_stream_mid_response(faulty: dict[str, str]) -> None:
 
     async def read_for(seconds: float) -> None:
         task = asyncio.create_task(
-            stream(faulty["stall"], "/v1/completions", load_body(max_tokens=20), on_event=keep)
+            stream(stalling, "/v1/completions", load_body(max_tokens=20), on_event=keep)
         )
         done, _ = await asyncio.wait([task], timeout=seconds)
         task.cancel()
@@ -73,7 +80,7 @@ def test_stall_stops_every_stream_mid_response(faulty: dict[str, str]) -> None:
 
     asyncio.run(read_for(1.0))  # 100 cadence intervals: ample time for all 20 tokens
     assert partial.token_events == STALL_AFTER and not partial.done
-    assert httpx.get(faulty["stall"] + "/health", timeout=10).status_code == 200
+    assert httpx.get(stalling + "/health", timeout=10).status_code == 200
 
 
 def test_a_dead_compute_process_stops_the_server_instead_of_hanging() -> None:

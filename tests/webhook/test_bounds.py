@@ -123,7 +123,9 @@ def test_an_idle_keep_alive_connection_is_closed(tight: RelaySettings) -> None:
 
 
 def test_connections_over_the_cap_get_503_at_once(tight: RelaySettings) -> None:
-    with running_relay(tight) as relay, ExitStack() as held:
+    # idle connections must stay held until the extra one arrives, however slowly this runs
+    patient = tight.model_copy(update={"header_timeout_s": 60.0})
+    with running_relay(patient) as relay, ExitStack() as held:
         for _ in range(tight.max_connections):
             held.enter_context(connection(relay))
         time.sleep(0.2)
@@ -154,26 +156,30 @@ def test_bytes_held_before_the_signature_check_are_capped(tight: RelaySettings) 
 def test_deliveries_over_the_cap_get_503_while_the_upstream_hangs(
     tight: RelaySettings,
 ) -> None:
-    with front() as hung, running_relay(tight) as relay:
-        threads = []
-        for n in range(tight.max_deliveries):  # a mirror each: neither waits for the other
-            url = f"git://127.0.0.1:{hung.port}/models-{n}.git"
-            body = pull_request_body(f"{n}" * 40, clone_url=url)
-            thread = threading.Thread(
-                target=deliver,
-                args=(relay, body, SECRET),
-                kwargs={"headers": {"X-Forgejo-Event": "pull_request"}},
-                daemon=True,
-            )
-            thread.start()
-            threads.append(thread)
-        deadline = time.monotonic() + 10
-        while hung.accepted < tight.max_deliveries and time.monotonic() < deadline:
-            time.sleep(0.05)
-        started = time.monotonic()
-        normal = deliver(relay, push_body([ALPHA_MANIFEST]), SECRET)
-        took = time.monotonic() - started
-        for thread in threads:
+    # the hung clones must hold both delivery slots until the third delivery is answered
+    patient = tight.model_copy(update={"git_timeout_s": 60.0})
+    threads = []
+    with running_relay(patient) as relay:
+        with front() as hung:
+            for n in range(tight.max_deliveries):  # a mirror each: neither waits for the other
+                url = f"git://127.0.0.1:{hung.port}/models-{n}.git"
+                body = pull_request_body(f"{n}" * 40, clone_url=url)
+                thread = threading.Thread(
+                    target=deliver,
+                    args=(relay, body, SECRET),
+                    kwargs={"headers": {"X-Forgejo-Event": "pull_request"}},
+                    daemon=True,
+                )
+                thread.start()
+                threads.append(thread)
+            deadline = time.monotonic() + 30
+            while hung.accepted < tight.max_deliveries:
+                assert time.monotonic() < deadline, f"{hung.accepted} clones reached upstream"
+                time.sleep(0.05)
+            started = time.monotonic()
+            normal = deliver(relay, push_body([ALPHA_MANIFEST]), SECRET)
+            took = time.monotonic() - started
+        for thread in threads:  # the upstream gone, the hung clones fail and their slots free
             thread.join(timeout=30)
     assert normal.status_code == 503, normal.text
     assert normal.json()["outcome"] == "busy", normal.text
