@@ -4,6 +4,7 @@ namespace per test."""
 from __future__ import annotations
 
 import os
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +20,17 @@ os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 
 
 SPARE_NODE = "worker-2"
+
+
+@pytest.fixture(autouse=True)
+def _no_prefect_websocket_during_hypothesis(request: pytest.FixtureRequest) -> None:
+    """A flow run in this process leaves Prefect's events client open on its own thread,
+    and its websocket's keepalive pings draw from the global `random`: hypothesis, which
+    watches that state while it generates, would blame the strategy. Close it first."""
+    if request.node.get_closest_marker("hypothesis") and "prefect.events.worker" in sys.modules:
+        from prefect.events.worker import EventsWorker
+
+        EventsWorker.drain_all(timeout=10)
 
 
 @pytest.fixture(scope="session")
