@@ -264,3 +264,16 @@ def handoff_progress(sandbox: SandboxState, flow_run_id: str) -> float:
     found = _artifacts(sandbox, flow_run_id, "progress")
     assert len(found) == 1, f"flow run {flow_run_id}: progress artifacts {found}"
     return float(found[0]["data"])
+
+
+def wait_until(check: Any, *, timeout_s: float, what: str, every_s: float = 1.0) -> Any:
+    """The first truthy `check()`, polled every `every_s`; AssertionError naming `what` at
+    the deadline."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
+        time.sleep(every_s)

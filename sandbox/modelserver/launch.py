@@ -23,7 +23,13 @@ class ServerProcess:
     proc: subprocess.Popen[str]
     base_url: str = ""
     stderr_lines: list[str] = field(default_factory=list)
-    collector: threading.Thread | None = None
+    collector: threading.Thread = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.collector = threading.Thread(
+            target=_collect, args=(self.proc, self.stderr_lines), daemon=True
+        )
+        self.collector.start()
 
     @property
     def stderr(self) -> str:
@@ -31,7 +37,7 @@ class ServerProcess:
         arrive on a reader thread, which may not yet have read a server's last words when
         its exit is seen, so wait for the pipe's end (bounded: a leftover child of the
         server could keep the pipe open)."""
-        if self.collector is not None and self.proc.poll() is not None:
+        if self.proc.poll() is not None:
             self.collector.join(timeout=5)
         return "".join(self.stderr_lines)
 
@@ -59,10 +65,6 @@ def start(config: ServerConfig, *, timeout_s: float = 60.0) -> ServerProcess:
         cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=os.environ.copy()
     )
     server = ServerProcess(config, proc)
-    server.collector = threading.Thread(
-        target=_collect, args=(proc, server.stderr_lines), daemon=True
-    )
-    server.collector.start()
     timer = threading.Timer(timeout_s, proc.kill)
     timer.start()
     try:

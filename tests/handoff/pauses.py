@@ -40,7 +40,7 @@ class PausingRun:
     lines: list[str] = field(default_factory=list)
     run_id: str | None = None
     _seen: threading.Event = field(default_factory=threading.Event)
-    _drainer: threading.Thread | None = None
+    _drainer: threading.Thread = field(init=False)
 
     @classmethod
     def start(cls, spec_file: Path, env: dict[str, str]) -> PausingRun:
@@ -63,7 +63,7 @@ class PausingRun:
     @property
     def output(self) -> str:
         """Its output so far; once it has exited, all of it (the drain may lag the exit)."""
-        if self._drainer is not None and self.process.poll() is not None:
+        if self.process.poll() is not None:
             self._drainer.join(timeout=5)
         return "".join(self.lines)
 

@@ -37,13 +37,12 @@ from tests.webhook.deploy import (
     merge_spec_change,
     models_repository,
     remove_deployments,
-    wait_until,
     worker,
 )
 from tests.webhook.runs import read_runs, state_of
 from tests.webhook.servers import PrefectServer, relay_process
 from tests.webhook.specrepo import SpecRepo, install_hook
-from tests.world import service
+from tests.world import service, wait_until
 
 SPEC = "coder-14b-fp16"
 FINAL = {"Completed", "Failed", "Cancelled", "Crashed"}

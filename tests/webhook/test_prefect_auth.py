@@ -22,13 +22,13 @@ from tests.webhook.deploy import (
     deploy_all,
     models_repository,
     remove_deployments,
-    wait_until,
     worker,
 )
 from tests.webhook.payloads import deliver, push_body
 from tests.webhook.servers import PrefectServer, relay_process
 from tests.webhook.specrepo import SpecRepo
 from tests.webhook.test_relay import ALPHA_MANIFEST
+from tests.world import wait_until
 
 pytestmark = pytest.mark.timeout(600)  # a Prefect server of its own
 # A spec in the repository's specs directory, as a merge's event names it.
