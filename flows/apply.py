@@ -20,7 +20,7 @@ from flows.kube.objects import PodSnapshot, owned_by_deployment
 from flows.kube.wait import wait_pods
 from flows.ledger import REVISION_LABEL, OutageRecord, Phase
 from flows.outage import OutageClock
-from flows.render import compute_revision, render_candidate, unpinned_image
+from flows.render import compute_revision, render_candidate, template_sha256, unpinned_image
 from flows.run import HandoffRun
 
 OLD_PODS_GONE_S = 120.0
@@ -34,11 +34,17 @@ def apply_at_zero(run: HandoffRun, image: PinnedImage | None) -> str:
     revision = compute_revision(spec, manifest, pinned)
     if run.reached(Phase.APPLIED):
         return run.ledger.revision or revision
+    if not run.ledger.wrote:  # from here a rollback has something to undo
+        run.advance(run.ledger.phase, wrote=True)
     if plan.pin_live_selector:
         # From a fresh read under its resourceVersion, never the plan's copy: a change
         # made since then is neither merged into the pin nor overwritten unseen.
         write.update_service_selector(
-            run.kube, spec.namespace, spec.service, plan.pin_live_selector
+            run.kube,
+            spec.namespace,
+            spec.service,
+            plan.pin_live_selector,
+            expected=lambda found: found == run.ledger.snapshot.selector,
         )
     body = render_candidate(
         spec,
@@ -55,11 +61,17 @@ def apply_at_zero(run: HandoffRun, image: PinnedImage | None) -> str:
         _start_outage(run)
         for deployment in plan.current:
             write.scale_deployment(run.kube, spec.namespace, deployment.name, 0)
-    write.apply_deployment(run.kube, body)
+    applied = write.apply_deployment(run.kube, body)
     if plan.strategy is Strategy.IN_PLACE:
         _wait_old_pods_gone(run, revision)
         run.advance(Phase.OLD_STOPPED)
-    run.advance(Phase.APPLIED, revision=revision, image=pinned)
+    run.advance(
+        Phase.APPLIED,
+        revision=revision,
+        image=pinned,
+        candidate_uid=applied["metadata"]["uid"],
+        candidate_template_sha256=template_sha256(applied["spec"]["template"]),
+    )
     return revision
 
 

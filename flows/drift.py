@@ -21,7 +21,7 @@ from flows.kube import read
 from flows.kube.client import NotFound
 from flows.kube.objects import DeploymentSnapshot
 from flows.ledger import Phase, WorkloadSnapshot
-from flows.render import HANDOFF_ID_ANNOTATION
+from flows.render import HANDOFF_ID_ANNOTATION, template_sha256
 from flows.run import HandoffRun
 from flows.swap import live_only_selector, target_selector
 
@@ -195,6 +195,18 @@ def _candidate_changes(run: HandoffRun, selector: dict[str, str]) -> list[Change
     if owner != run.ledger.handoff_id:
         field = f"metadata.annotations[{HANDOFF_ID_ANNOTATION}]"
         return [_deployment(name, field, run.ledger.handoff_id, owner)]
+    ledger = run.ledger
+    if ledger.candidate_uid and found.uid != ledger.candidate_uid:
+        return [_deployment(name, "metadata.uid", ledger.candidate_uid, f"{found.uid} (recreated)")]
+    gated = ledger.candidate_template_sha256
+    if gated and template_sha256(found.spec["template"]) != gated:
+        # `kubectl set image` and the like keep the revision label: the pods would no
+        # longer be the ones the gates passed.
+        images = ", ".join(f"{c}={i}" for c, i in sorted(found.images.items()))
+        edited = f"another template (images {images})"
+        return [
+            _deployment(name, "spec.template", f"the template applied ({ledger.image})", edited)
+        ]
     allowed = candidate_replicas(run)
     if found.replicas not in allowed:
         expected = " or ".join(str(n) for n in sorted(allowed))

@@ -38,6 +38,9 @@ another parent.
         ├── HandoffInProgress          (lease) another handoff holds the Service's Lease
         ├── LeaseLost                  (lease) this run no longer holds the Lease
         ├── RollbackUnfinished         (start) a resumed run had started rolling back
+        ├── CandidateChanged           (start) a resumed run's manifest is not the one gated
+        ├── RestoreNotReady            (rollback) what to move back to has no Ready pod
+        ├── SelectorEdited             (kube.write) a selector this handoff did not decide from
         ├── HistoryUnreadable          (ledger) the history annotation is not a JSON list
         ├── BaselineError              (baseline) no live pod of another workload to compare with
         ├── CandidateFailed            (warm) the candidate's pods cannot become ready

@@ -71,6 +71,8 @@ def handoff(
             queue_s=queue_timeout_s if merge else 0.0,
             on_turn=(lambda: ensure_newest(spec, trigger, or_raise=True)) if merge else None,
         ) as run:
+            if run.nothing_to_do:  # a rerun of a finished handoff: only its history entry
+                return finish(run, trigger)
             try:
                 signals.deliver(run.cancelled)  # a cancellation met by the ledger's write
                 pinned = wait_for_image(run)

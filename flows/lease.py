@@ -9,7 +9,17 @@ with backoff until the Lease would expire by this run's own clock. From then on
 another run may hold it, so it is lost for good; it is lost as well when a renewal
 finds another holder or another leaseTransitions count. `check()` raises LeaseLost
 once it is lost; the run's writes pass through it (the fence), so the run stops
-writing.
+writing. While it holds, `check()` gives the deadline of each write: when the Lease
+would expire by this run's clock, from its last renewal, less SAFETY; a write that is
+retried stops there (flows/kube/client.py, RetryingApiClient).
+
+A Lease of another holder is expired, as client-go's leader election has it, when this
+run has seen no change of its holder, renewTime or leaseTransitions for its
+leaseDurationSeconds, measured on this run's own monotonic clock from when it observed
+the last change. The holder's renewTime is its wall clock, never compared with this
+machine's: clocks of two machines may be minutes apart. So a run that finds a Lease of
+another holder watches it: a renewal seen is a live run (refused, or waited for while it
+is the run being resumed), no change for leaseDurationSeconds is a dead one (taken).
 """
 
 from __future__ import annotations
@@ -19,12 +29,14 @@ import datetime as dt
 import os
 import threading
 import time
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
 from flows.errors import HandoffError, PermanentError, TransientError
 from flows.kube.client import Conflict, Kube, NotFound
 from flows.kube.leases import create_lease, delete_lease, read_lease, replace_lease
+from flows.kube.objects import LeaseSnapshot
 from retrypolicy.backoff import compute_delay, draw
 
 LEASE_S = int(os.environ.get("HANDOFF_LEASE_S", "30"))
@@ -41,8 +53,23 @@ class LeaseLost(PermanentError):
     """This run no longer holds the Service's Lease; it must not write again."""
 
 
-class _HeldByResumable(Exception):
-    """The Lease is still live but its holder's run is the one being resumed."""
+@dataclass(frozen=True)
+class _Observed:
+    """A Lease of another holder as this run last saw it change."""
+
+    record: tuple[object, ...]  # what a renewal or a takeover changes
+    at: float  # time.monotonic() when this run first saw the record
+
+
+def _record(lease: LeaseSnapshot) -> tuple[object, ...]:
+    spec = lease.body.get("spec") or {}
+    return (
+        spec.get("holderIdentity"),
+        spec.get("renewTime"),
+        spec.get("acquireTime"),
+        spec.get("leaseDurationSeconds"),
+        spec.get("leaseTransitions"),
+    )
 
 
 def _now() -> dt.datetime:
@@ -51,6 +78,11 @@ def _now() -> dt.datetime:
 
 def _micro(t: dt.datetime) -> str:
     return t.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _poll_s(duration_s: float) -> float:
+    """How often a would-be taker reads another holder's Lease (client-go: RetryPeriod)."""
+    return max(0.2, min(1.0, duration_s / 10))
 
 
 def lease_name(service: str) -> str:
@@ -84,8 +116,10 @@ class ServiceLease:
         self.kube, self.namespace, self.name = kube, namespace, lease_name(service)
         self.holder, self.wait_for = holder, wait_for
         self.lost: str | None = None
+        self._waited_since: float | None = None  # watching the run being resumed since
         self._valid_until = 0.0  # time.monotonic() until which the Lease is surely ours
         self._transitions = 0
+        self._last_error = ""  # of the renewals failing since the last that went through
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._renew_loop, daemon=True, name=self.name)
 
@@ -104,12 +138,16 @@ class ServiceLease:
         with contextlib.suppress(HandoffError):
             self.release()
 
-    def check(self) -> None:
-        """Raise LeaseLost unless this run still holds the Lease (the fence of its writes)."""
+    def check(self) -> float:
+        """Raise LeaseLost unless this run still holds the Lease (the fence of its writes);
+        else the time.monotonic() by which a write must be done: the Lease's remaining
+        time from its last renewal on this run's clock, less SAFETY of LEASE_S."""
         if self.lost is None and time.monotonic() >= self._valid_until:
-            self._lose(f"not renewed for {LEASE_S * (1 - SAFETY):.1f} s")
+            failing = f": {self._last_error}" if self._last_error else ""
+            self._lose(f"not renewed for {LEASE_S * (1 - SAFETY):.1f} s{failing}")
         if self.lost is not None:
             raise LeaseLost(self.lost)
+        return self._valid_until
 
     def _lose(self, why: str) -> None:
         if self.lost is None:
@@ -133,48 +171,70 @@ class ServiceLease:
         }
 
     def acquire(self) -> None:
-        deadline = time.monotonic() + LEASE_S + 5
+        """Create the Lease, or take it: at once when it has no holder or is this run's;
+        when another holder's, once it has expired by this run's clock (see the module's
+        docstring). A renewal seen refuses (HandoffInProgress), unless the holder is the
+        run being resumed (wait_for): that one is waited out for its duration and 5 s."""
+        observed: _Observed | None = None
         while True:
+            started = time.monotonic()
+            body: dict[str, Any] = {
+                "metadata": {"name": self.name, "namespace": self.namespace},
+                "spec": {**self._spec(), "leaseTransitions": 0},
+            }
             try:
-                self._try_acquire()
+                create_lease(self.kube, self.namespace, body)
+                self._held(started, 0)
                 return
-            except _HeldByResumable:
-                if time.monotonic() > deadline:
-                    raise HandoffInProgress(
-                        f"Service {self.namespace}/{self.name.removeprefix('handoff-')} is "
-                        f"being handed off by {self.wait_for}: its Lease {self.name} was still "
-                        f"renewed after {LEASE_S + 5} s, so that run is alive; let it finish"
-                    ) from None
-                time.sleep(1.0)
+            except Conflict:
+                pass
+            try:
+                lease = read_lease(self.kube, self.namespace, self.name)
+            except NotFound:  # released between the create and the read
+                continue
+            seen = time.monotonic()
+            record = _record(lease)
+            duration = lease.duration_s or LEASE_S
+            if not lease.holder or lease.holder == self.holder:
+                expired = True
+            else:
+                if observed is not None and observed.record != record:
+                    self._renewed(lease, observed, seen)
+                if observed is None or observed.record != record:
+                    observed = _Observed(record, seen)
+                expired = seen - observed.at >= duration
+            if expired:
+                try:
+                    self._take(lease, body, started)
+                    return
+                except Conflict:  # written since the read: look again
+                    continue
+            assert observed is not None
+            time.sleep(max(0.0, min(_poll_s(duration), observed.at + duration - seen)))
 
-    def _try_acquire(self) -> None:
-        body: dict[str, Any] = {
-            "metadata": {"name": self.name, "namespace": self.namespace},
-            "spec": {**self._spec(), "leaseTransitions": 0},
-        }
-        started = time.monotonic()
-        try:
-            create_lease(self.kube, self.namespace, body)
-            self._held(started, 0)
-            return
-        except Conflict:
-            pass
-        lease = read_lease(self.kube, self.namespace, self.name)
-        expires = (
-            lease.renew_time + dt.timedelta(seconds=lease.duration_s or LEASE_S)
-            if lease.renew_time
-            else _now()
-        )
-        live = lease.holder and expires > _now()
-        if live and lease.holder == self.wait_for:
-            raise _HeldByResumable
-        if live and lease.holder != self.holder:
+    def _renewed(self, lease: LeaseSnapshot, observed: _Observed, seen: float) -> None:
+        """Another holder's Lease changed since this run last saw it: that run is alive.
+        Refused at once; the run being resumed is waited for, up to its duration and 5 s."""
+        service = self.name.removeprefix("handoff-")
+        duration = lease.duration_s or LEASE_S
+        if lease.holder != self.wait_for:
             raise HandoffInProgress(
-                f"Service {self.namespace}/{self.name.removeprefix('handoff-')} is being "
-                f"handed off by {lease.holder} "
-                f"(Lease {self.name} renewed until {expires:%H:%M:%S}Z); "
-                "wait for it to finish, or for its Lease to expire if that run died"
+                f"Service {self.namespace}/{service} is being handed off by {lease.holder}: "
+                f"its Lease {self.name} was renewed {seen - observed.at:.0f} s after this "
+                "run first saw it; wait for that run to finish, or for its Lease to expire "
+                f"({duration} s without renewal) if it died"
             )
+        if self._waited_since is None:
+            self._waited_since = observed.at
+        if seen - self._waited_since > duration + 5:
+            raise HandoffInProgress(
+                f"Service {self.namespace}/{service} is being handed off by "
+                f"{self.wait_for}: its Lease {self.name} was still renewed after "
+                f"{duration + 5} s, so that run is alive; let it finish"
+            )
+
+    def _take(self, lease: LeaseSnapshot, body: dict[str, Any], started: float) -> None:
+        """Replace the Lease as read (its resourceVersion: a 409 if it changed since)."""
         # Every change of holder counts, so a run that lost the Lease can tell.
         transitions = lease.transitions + (lease.holder != self.holder)
         body["spec"]["leaseTransitions"] = transitions
@@ -197,8 +257,9 @@ class ServiceLease:
                 self._renew()
                 self._held(started, self._transitions)
                 attempt, delay = 0, interval
+                self._last_error = ""
             except TransientError as exc:
-                last_error = str(exc)
+                last_error = self._last_error = str(exc)
                 left = max(0.0, self._valid_until - time.monotonic())
                 delay = min(compute_delay(attempt, first_s=0.2, cap_s=interval, u=draw()), left)
                 attempt += 1

@@ -41,6 +41,8 @@ class Phase(enum.StrEnum):
 
 
 TERMINAL = frozenset({Phase.DONE, Phase.ROLLED_BACK})
+# Phases in which only the ledger may have been written (a rollback: unless `wrote`).
+_BEFORE_FIRST_WRITE = frozenset({Phase.STARTED, Phase.DOWNTIME_APPROVED, Phase.ROLLING_BACK})
 
 # The forward phases, in the order the enum declares them; rollback is entered from any.
 _FORWARD: list[Phase] = [p for p in Phase if p not in (Phase.ROLLING_BACK, Phase.ROLLED_BACK)]
@@ -78,6 +80,20 @@ class WorkloadSnapshot(BaseModel):
     generation: int | None = Field(None, description="metadata.generation: spec changes")
 
 
+class ServingWorkload(BaseModel):
+    """One Deployment (or pods without one) behind the Service's ready addresses."""
+
+    model_config = ConfigDict(frozen=True)
+
+    deployment: str
+    revision: str | None = None  # the pods' handoff.dev/revision label, if any
+    ready: int
+
+    def line(self) -> str:
+        at = f" at revision {self.revision}" if self.revision else ""
+        return f"Deployment {self.deployment}{at} ({self.ready} ready)"
+
+
 class Snapshot(BaseModel):
     """The Service and workloads as they were before the first write."""
 
@@ -89,6 +105,10 @@ class Snapshot(BaseModel):
     workloads: list[WorkloadSnapshot]
     candidate_existed: bool = False
     candidate_replicas: int = 0
+    serving: list[ServingWorkload] = Field(
+        default_factory=list,
+        description="what the Service routed to when the handoff began (flows.serving)",
+    )
 
 
 class ApprovalRecord(BaseModel):
@@ -132,6 +152,13 @@ class Ledger(BaseModel):
     pin: dict[str, str] | None = Field(
         None, description="the live selector narrowed to the live pods, if the apply sets it"
     )
+    wrote: bool = Field(
+        False, description="the handoff wrote more than its ledger: a rollback has work to do"
+    )
+    candidate_uid: str | None = Field(None, description="the candidate Deployment it applied")
+    candidate_template_sha256: str | None = Field(
+        None, description="its pod template as the apiserver stored it at the apply"
+    )
     edited: list[str] = Field(
         default_factory=list,
         description="objects a person changed during the handoff: the rollback leaves them",
@@ -139,6 +166,11 @@ class Ledger(BaseModel):
     cause: str | None = None
     started_at: str
     updated_at: str
+
+    @property
+    def first_write_made(self) -> bool:
+        """Anything but the ledger was written (ledgers older than the flag: from the apply)."""
+        return self.wrote or self.phase not in _BEFORE_FIRST_WRITE
 
     @property
     def approver(self) -> str | None:

@@ -30,7 +30,8 @@ from flows.kube.objects import (
     pod_spec_gpus,
 )
 from flows.ledger import Snapshot, WorkloadSnapshot, history_entries, unfinished_in
-from flows.render import TWIN_SUFFIX, load_manifest
+from flows.render import TWIN_SUFFIX, compute_revision, load_manifest
+from flows.serving import Route, Routing, Serving, observe, route
 from flows.spec import HandoffSpec
 
 
@@ -53,6 +54,8 @@ class Plan(BaseModel):
     capacity_wait_s: float = 0.0
     pin_live_selector: dict[str, str] | None
     dry_runs: list[DryRun]
+    serving: Serving = Serving(workloads=[])
+    routing: Routing = Routing(route=Route.FORWARD, reason="not observed")
     manifest: dict[str, Any] = Field(
         exclude=True, repr=False, description="the candidate Deployment, as read from its file"
     )
@@ -66,7 +69,14 @@ class Plan(BaseModel):
         return self.decision.strategy
 
     @property
+    def nothing_to_do(self) -> str | None:
+        """Why a new handoff has nothing to do: the Service already serves its revision."""
+        return self.routing.reason if self.routing.route is Route.NOTHING_TO_DO else None
+
+    @property
     def refused(self) -> str | None:
+        if self.routing.route is Route.REFUSED:
+            return self.routing.reason
         if self.decision.strategy is None:
             return "; ".join(self.decision.reasons)
         failed = [d for d in self.dry_runs if not d.ok]
@@ -94,6 +104,7 @@ class Plan(BaseModel):
             candidate_replicas=self.candidate.replicas
             if self.candidate and not spec.replaces_live
             else 0,
+            serving=self.serving.workloads,
         )
 
 
@@ -141,13 +152,21 @@ def make_plan(kube: Kube, spec: HandoffSpec) -> Plan:
         current_pods=[p for p in ns_pods if any(owned_by_deployment(p, d.name) for d in current)],
         candidate_pods=[p for p in ns_pods if candidate and owned_by_deployment(p, candidate.name)],
     )
+    # What serves now decides, not what the spec assumes: a rerun of a finished
+    # handoff has nothing to do, and a Service serving something else is refused.
+    resumed = unfinished_in(service.annotations)
+    serving = observe(kube, spec.namespace, spec.service)
+    if resumed is not None and resumed.spec == spec.name:
+        routing = Routing(route=Route.FORWARD, reason=f"resuming handoff {resumed.handoff_id}")
+    else:
+        final = current[0] if spec.replaces_live else candidate
+        routing = route(spec, serving, candidate_revision=_deployed_revision(spec, manifest, final))
     # Side by side or in place, the candidate's pods must not join the Service before
     # the gates and the swap: a selector they would match is narrowed first.
-    resumed = unfinished_in(service.annotations)
     pin: dict[str, str] | None = None
     if resumed is not None and resumed.spec == spec.name:
         pin = resumed.pin  # in place, the live Deployment may carry the candidate's template
-    elif decision.strategy:
+    elif decision.strategy and routing.route is Route.FORWARD:
         replica_sets = read.list_replica_sets(kube, spec.namespace)
         pin = _live_selector_pin(spec, service, current, manifest, every_pod, replica_sets)
     return Plan(
@@ -164,6 +183,8 @@ def make_plan(kube: Kube, spec: HandoffSpec) -> Plan:
         if decision.strategy is Strategy.IN_PLACE
         else None,
         pin_live_selector=pin,
+        serving=serving,
+        routing=routing,
         dry_runs=dry_run(
             planned_writes(
                 kube,
@@ -174,10 +195,22 @@ def make_plan(kube: Kube, spec: HandoffSpec) -> Plan:
                 strategy=decision.strategy,
             )
         )
-        if decision.strategy
+        if decision.strategy and routing.route is Route.FORWARD
         else [],
         manifest=manifest,
     )
+
+
+def _deployed_revision(
+    spec: HandoffSpec, manifest: dict[str, Any], final: DeploymentSnapshot | None
+) -> str | None:
+    """The revision the spec's manifest renders with the image the Deployment that ends
+    up serving runs now: its pods carry this revision label exactly when they run the
+    manifest's template with that image. None when it does not exist."""
+    if final is None:
+        return None
+    image = final.images.get(spec.candidate.container)
+    return None if image is None else compute_revision(spec, manifest, image)
 
 
 def _require(kube: Kube, spec: HandoffSpec, name: str) -> DeploymentSnapshot:

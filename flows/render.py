@@ -108,6 +108,12 @@ def compute_revision(spec: HandoffSpec, manifest: dict[str, Any], pinned: str | 
     return hashlib.sha256(f"{spec.name}\n{template}".encode()).hexdigest()[:10]
 
 
+def template_sha256(template: dict[str, Any]) -> str:
+    """A hash of a pod template as the apiserver stores it (defaults filled in): the
+    same while nobody edits it, whatever the Deployment's replicas."""
+    return hashlib.sha256(json.dumps(template, sort_keys=True).encode()).hexdigest()
+
+
 def _with_images(spec: HandoffSpec, template: dict[str, Any], pinned: str | None) -> dict[str, Any]:
     """A copy of the pod template with its images as they run."""
     template = copy.deepcopy(template)

@@ -18,19 +18,26 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 from flows.drift import ServiceGone
-from flows.errors import HandoffError
+from flows.errors import HandoffError, PermanentError
 from flows.kube import read, write
 from flows.kube.client import Kube, NotFound
-from flows.kube.objects import current_template_hash, owned_by_deployment
-from flows.kube.wait import wait_pods, wait_rolled_out
+from flows.kube.objects import (
+    DeploymentSnapshot,
+    PodSnapshot,
+    current_template_hash,
+    owned_by_deployment,
+)
+from flows.kube.wait import WaitTimedOut, wait_pods, wait_rolled_out
 from flows.lease import LeaseLost, ServiceLease
-from flows.ledger import TERMINAL, Ledger, Phase, WorkloadSnapshot
+from flows.ledger import REVISION_LABEL, TERMINAL, Ledger, Phase, WorkloadSnapshot
 from flows.ledger_store import read_ledger, save_ledger
-from flows.render import candidate_name, is_twin
+from flows.render import candidate_name, compute_startup_allowance, is_twin
 from flows.report.record import announce
 from flows.spec import HandoffSpec
 
-RESTORE_S = 300.0
+RESTORE_S = 300.0  # the candidate's pods stopping
+RESTORE_MARGIN_S = 60.0  # beyond a restored workload's startup allowance
+READY_AFTER_RESTORE_S = 60.0  # a restored pod's readiness after its rollout wait
 
 
 def rollback_by_hand(kube: Kube, spec: HandoffSpec, *, cause: str) -> Ledger | None:
@@ -57,6 +64,16 @@ def rollback(
         ) from exc
     if ledger is None or ledger.phase in TERMINAL:
         return ledger
+    if not ledger.first_write_made:
+        # Only the ledger was written: the Service and the workloads are as observed,
+        # so nothing is restored and the end is one write.
+        stopped = ledger.to(Phase.ROLLING_BACK).to(
+            Phase.ROLLED_BACK,
+            cause=f"{ledger.cause or cause}; stopped before its first write: nothing to undo"[
+                :2000
+            ],
+        )
+        return save_ledger(kube, spec, stopped)
     if ledger.phase is Phase.ROLLING_BACK:
         cause = ledger.cause or cause  # a rollback resumed keeps the cause it began with
     else:
@@ -73,6 +90,11 @@ def rollback(
         with _noted(problems):
             _undo_candidate(kube, spec, ledger)
             _wait_candidate_stopped(kube, spec, ledger)
+    elif candidate not in kept:
+        # Side by side after the old pods were retired: the candidate keeps serving at
+        # its preview size and frees the GPUs the old pods need to come back.
+        with _noted(problems):
+            _candidate_to_preview(kube, spec, ledger)
     for workload in ledger.snapshot.workloads:
         if f"Deployment {workload.name}" in kept:
             continue
@@ -87,9 +109,7 @@ def rollback(
         # Not pinned: nothing would lift a pin left behind, and the live Deployment's
         # next rollout would leave it selecting no pod. The cause says both are served.
         with _noted(problems):
-            write.update_service_selector(
-                kube, spec.namespace, spec.service, ledger.snapshot.selector
-            )
+            _move_selector(kube, spec, ledger, ledger.snapshot.selector)
             if _routes_to_candidate(kube, spec, ledger):
                 problems.append(
                     f"the Service selects the pods of the kept {candidate} as well as the "
@@ -144,15 +164,11 @@ def _restore_selector_then_candidate(
         # While candidate pods that the original selector would match still run, the
         # Service is held on the restored pods alone (never two versions at once).
         pinned = _pinned_to_restored(kube, spec, ledger, problems)
-        write.update_service_selector(
-            kube, spec.namespace, spec.service, pinned or ledger.snapshot.selector
-        )
+        _move_selector(kube, spec, ledger, pinned or ledger.snapshot.selector)
         _undo_candidate(kube, spec, ledger)
         if pinned:
             _wait_candidate_gone(kube, spec, ledger)
-            write.update_service_selector(
-                kube, spec.namespace, spec.service, ledger.snapshot.selector
-            )
+            _move_selector(kube, spec, ledger, ledger.snapshot.selector)
 
 
 @contextmanager
@@ -162,10 +178,77 @@ def _noted(problems: list[str]) -> Iterator[None]:
     rolling-back; only a lost Lease stops it (this run may not write any more)."""
     try:
         yield
-    except LeaseLost:
+    except (LeaseLost, RestoreNotReady):
         raise
     except HandoffError as exc:
         problems.append(str(exc))
+
+
+class RestoreNotReady(PermanentError):
+    """What the Service should go back to has no Ready pod: it stays on what serves."""
+
+
+def _move_selector(kube: Kube, spec: HandoffSpec, ledger: Ledger, target: dict[str, str]) -> None:
+    """Point the Service back at `target` once a pod it matches is Ready, reading only
+    until then, as the forward swap does: while the Service routes to ready pods, it is
+    never moved to pods none of which serves. Never over a selector this handoff neither
+    found nor wrote (SelectorEdited: a person's). RestoreNotReady when none is Ready in
+    time: the Service stays on what serves and the ledger in rolling-back."""
+    if read.read_endpoints(kube, spec.namespace, spec.service).ready_pods:
+
+        def decide(pods: list[PodSnapshot]) -> bool | None:
+            return True if any(p.ready and not p.terminating for p in pods) else None
+
+        try:
+            wait_pods(
+                kube,
+                spec.namespace,
+                target,
+                decide=decide,
+                deadline_s=READY_AFTER_RESTORE_S,
+                what=f"a Ready pod matching {target} to move Service {spec.service} back to",
+            )
+        except WaitTimedOut as exc:
+            raise RestoreNotReady(
+                f"handoff {ledger.handoff_id}: the Service {spec.namespace}/{spec.service} was "
+                f"not moved back to {target}: no pod it matches became Ready ({exc}). It "
+                "stays on the pods that serve now and the handoff stays rolling-back. Make "
+                "the restored workload ready (`kubectl -n "
+                f"{spec.namespace} describe pods -l "
+                f"{','.join(f'{k}={v}' for k, v in target.items())}`), then run `handoff "
+                "rollback` (or the handoff) again to finish"
+            ) from exc
+    write.update_service_selector(
+        kube,
+        spec.namespace,
+        spec.service,
+        target,
+        expected=lambda found: _written_by(ledger, found),
+    )
+
+
+def _written_by(ledger: Ledger, selector: dict[str, str]) -> bool:
+    """The selector is one this handoff found or wrote: the one before it, its pin, or
+    one of the candidate's (they all name its revision)."""
+    return selector in (ledger.snapshot.selector, ledger.pin) or (
+        ledger.revision is not None and selector.get(REVISION_LABEL) == ledger.revision
+    )
+
+
+def _candidate_to_preview(kube: Kube, spec: HandoffSpec, ledger: Ledger) -> None:
+    """Scale a side-by-side candidate above its preview size back to it, while a live
+    workload is below its recorded count (retired): the restore needs the GPUs."""
+    if spec.replaces_live or ledger.strategy != "side-by-side":
+        return
+    retired = False
+    for workload in ledger.snapshot.workloads:
+        found = read.read_deployment(kube, spec.namespace, workload.name)
+        retired = retired or (found is not None and found.replicas < workload.replicas)
+    name = candidate_name(spec, ledger.strategy)
+    candidate = read.read_deployment(kube, spec.namespace, name)
+    preview = max(spec.candidate.preview_replicas, ledger.snapshot.candidate_replicas)
+    if retired and candidate is not None and candidate.replicas > preview:
+        write.scale_deployment(kube, spec.namespace, name, preview)
 
 
 def _restore_workload(
@@ -186,9 +269,20 @@ def _restore_workload(
     elif current.replicas != workload.replicas:
         write.scale_deployment(kube, spec.namespace, workload.name, workload.replicas)
     try:
-        wait_rolled_out(kube, spec.namespace, workload.name, deadline_s=RESTORE_S)
+        wait_rolled_out(kube, spec.namespace, workload.name, deadline_s=restore_s(current))
     except HandoffError as exc:
         problems.append(str(exc))
+
+
+def restore_s(deployment: DeploymentSnapshot) -> float:
+    """How long a restored workload may take to roll out: its own startup allowance
+    (the longest startupProbe budget of its containers, else the default) plus a
+    margin for scheduling and pulls."""
+    containers = deployment.spec["template"]["spec"]["containers"]
+    allowance = max(
+        compute_startup_allowance({"spec": deployment.spec}, c["name"]) for c in containers
+    )
+    return allowance + RESTORE_MARGIN_S
 
 
 def _pinned_to_restored(

@@ -41,6 +41,8 @@ class HandoffRun:
     ready: ReadyEndpoints | None = None  # the Service's ready endpoints, sampled
     # Signals held back while the ledger was first written, delivered as the steps begin.
     cancelled: list[int] = field(default_factory=list)
+    # Why the run had nothing to do: the Service already served the spec's revision.
+    nothing_to_do: str | None = None
 
     def advance(self, phase: Phase, **changes: Any) -> None:
         """Record that the handoff reached `phase` (no-op if it already had)."""

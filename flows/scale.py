@@ -69,8 +69,8 @@ def _rewrite_live_and_remove_twin(run: HandoffRun) -> None:
     write.apply_deployment(run.kube, body)
     deadline = compute_startup_allowance(manifest, spec.candidate.container) + 60.0
     wait_rolled_out(run.kube, spec.namespace, spec.candidate.deployment, deadline_s=deadline)
-    live_only = live_only_selector(run, target_selector(run))
-    point_service(run, live_only)  # returns once no route leads to the twin
+    target = target_selector(run)
+    point_service(run, live_only_selector(run, target), came_from=[target])  # off the twin
     write.delete_deployment(run.kube, spec.namespace, run.candidate_name)
     _wait_none_owned(run, run.candidate_name, manifest["spec"]["selector"]["matchLabels"])
 

@@ -150,6 +150,7 @@ def finish(run: HandoffRun, trigger: Trigger | None) -> HandoffRecord:
         started_at=ledger.started_at,
         finished_at=now_iso(),
         flow_run_id=_run_id(),
+        changed=run.nothing_to_do is None,
     )
     record(run.kube, run.spec, entry, ledger)
     key = f"handoff-{run.spec.service}"

@@ -41,22 +41,28 @@ def live_only_selector(run: HandoffRun, target: dict[str, str]) -> dict[str, str
 def swap_selector(run: HandoffRun) -> None:
     if run.reached(Phase.SWAPPED):
         return  # later steps may have narrowed the selector further (a twin's retirement)
-    point_service(run, target_selector(run))
+    before = [run.ledger.snapshot.selector, *([run.ledger.pin] if run.ledger.pin else [])]
+    point_service(run, target_selector(run), came_from=before)
     run.advance(Phase.SWAPPED)
 
 
-def point_service(run: HandoffRun, target: dict[str, str]) -> None:
+def point_service(
+    run: HandoffRun, target: dict[str, str], *, came_from: list[dict[str, str]]
+) -> None:
     """Once a pod matching `target` is ready (read-only until then: a Service is never
     pointed at pods none of which serves), patch the Service's selector to `target`
     (409: re-read, retry), then verify it and record a SwitchService event. A Service
-    already on `target` is only verified."""
+    already on `target` is only verified; one on a selector not in `came_from` (what the
+    handoff decided from) was edited meanwhile and is left as it is (SelectorEdited)."""
     spec = run.spec
     try:
         serving_pods(run, target)
     except WaitTimedOut as exc:
         raise SwapFailed(f"{exc}; {_unswitched(run, target)}") from exc
     try:
-        service = write.update_service_selector(run.kube, spec.namespace, spec.service, target)
+        service = write.update_service_selector(
+            run.kube, spec.namespace, spec.service, target, expected=lambda s: s in came_from
+        )
     except Conflict as exc:
         raise SwapFailed(f"{exc}; the selector was not switched") from exc
     verify_service(run, target)

@@ -21,6 +21,7 @@ from flows.capacity import Strategy
 from flows.errors import HandoffError
 from flows.evidence import Evidence
 from flows.image import ImageRequirement, PinnedImage
+from flows.kube.write import SelectorEdited
 from flows.lease import LeaseLost
 from flows.ledger import Phase
 from flows.report.links import run_link
@@ -244,6 +245,8 @@ def roll_back(run: HandoffRun, cause: BaseException) -> None:
         return
     log.warning("rolling back: %s", text)
     leave = cause.objects if isinstance(cause, drift.PersonEdited) else []
+    if isinstance(cause, SelectorEdited):  # met at the write itself: left as it is
+        leave = [f"Service {run.spec.service}"]
     try:
         ledger = rollback.rollback(run.kube, run.spec, cause=text, leave=leave)
     except drift.ServiceGone as exc:

@@ -7,7 +7,10 @@ Outside a cluster the kubeconfig comes from --kubeconfig, $KUBECONFIG or
 from __future__ import annotations
 
 import contextlib
+import copy
+import math
 import os
+import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,22 +56,52 @@ class Forbidden(KubeError):
     """RBAC denies the request to the identity the flow runs as."""
 
 
+# A fence (Kube.fence) raises when the run may no longer write; else it gives the
+# time.monotonic() by which a write must be done (None: no such bound).
+Fence = Callable[[], float | None]
+_MUTATING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+
+
 class RetryingApiClient(client.ApiClient):
     """Every request of every API group passes here: 429, 5xx and no answer are retried
     by the one policy (retrypolicy/retry.py), bounded by the request's own timeout if it has
     one. Writes are safe to repeat: each is idempotent or guarded by a resourceVersion.
-    urllib3's own retries (it repeats a 429 or 503 with Retry-After, silently) are off."""
+    urllib3's own retries (it repeats a 429 or 503 with Retry-After, silently) are off.
+
+    A fenced client (`fenced(fence)`, what a Kube with a fence uses) bounds each write
+    (not a dry-run, not a Lease's own request) by its fence too: every try passes the
+    fence first, no try is sent after the fence's deadline and none waits for an answer
+    past it, and the retries stop there; at the deadline the fence is asked once more,
+    and raises (LeaseLost, flows/lease.py) unless the Lease was renewed meanwhile."""
+
+    fence: Fence | None = None
 
     def __init__(self, configuration: client.Configuration) -> None:
         configuration.retries = False
         super().__init__(configuration)
 
+    def fenced(self, fence: Fence | None) -> RetryingApiClient:
+        """This client (the same configuration and connections) with the given fence."""
+        view = copy.copy(self)
+        view.fence = fence
+        return view
+
     def call_api(self, method: str, url: str, *args: Any, **kwargs: Any) -> Any:
         timeout = kwargs.get("_request_timeout")
         bound = timeout if isinstance(timeout, int | float) else None
-        path = url.split("?")[0].removeprefix(str(self.configuration.host))
+        path, _, query = url.partition("?")
+        path = path.removeprefix(str(self.configuration.host))
+        fence = self.fence if _is_fenced(method, path, query) else None
+
+        def deadline() -> float:
+            """The fence's deadline; it raises once the run may not write."""
+            until = fence() if fence is not None else None
+            return math.inf if until is None else until
 
         def attempt() -> Any:
+            if fence is not None:  # every try passes the fence, and waits no longer
+                left = deadline() - time.monotonic()
+                kwargs["_request_timeout"] = _shorter(timeout, left)
             try:
                 response = super(RetryingApiClient, self).call_api(method, url, *args, **kwargs)
             except (Urllib3Error, OSError) as exc:
@@ -87,7 +120,27 @@ class RetryingApiClient(client.ApiClient):
                 )
             return response
 
-        return with_retries(attempt, what=f"{method} {path}", rules=policy(bound))
+        rules = policy(bound, until=deadline if fence is not None else None)
+        return with_retries(attempt, what=f"{method} {path}", rules=rules)
+
+
+def _is_fenced(method: str, path: str, query: str) -> bool:
+    """A real write: not a read, not a dry-run, not a request for a Lease (the Leases
+    are how a run holds the fence; flows/kube/leases.py)."""
+    dry = any(p.startswith("dryRun=") for p in query.split("&"))
+    return method.upper() in _MUTATING and not dry and "/leases" not in path
+
+
+def _shorter(timeout: Any, left_s: float) -> Any:
+    """The request timeout (a number, a (connect, read) pair or None), cut to left_s."""
+    left_s = max(0.001, left_s)
+    if math.isinf(left_s):
+        return timeout
+    if isinstance(timeout, int | float):
+        return min(float(timeout), left_s)
+    if isinstance(timeout, tuple):
+        return tuple(min(float(t), left_s) if t is not None else left_s for t in timeout)
+    return left_s
 
 
 @dataclass(frozen=True)
@@ -97,12 +150,18 @@ class Kube:
     api: client.ApiClient
     in_cluster: bool = False
     # Called before every write (not dry-runs): raises to stop a run that may no longer
-    # write, e.g. one whose Lease was lost (flows/lease.py).
-    fence: Callable[[], None] | None = None
+    # write, e.g. one whose Lease was lost (flows/lease.py); else it returns the
+    # time.monotonic() by which the write must be done (the Lease's remaining time), and
+    # the write's retries stop there (RetryingApiClient.fenced).
+    fence: Fence | None = None
 
-    def check_fence(self) -> None:
-        if self.fence is not None:
-            self.fence()
+    def __post_init__(self) -> None:
+        if isinstance(self.api, RetryingApiClient) and self.api.fence is not self.fence:
+            object.__setattr__(self, "api", self.api.fenced(self.fence))
+
+    def check_fence(self) -> float | None:
+        """None when unfenced; else the fence's deadline (or it raises)."""
+        return self.fence() if self.fence is not None else None
 
     @property
     def core(self) -> client.CoreV1Api:

@@ -9,6 +9,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from flows.errors import PermanentError
 from flows.kube.client import FIELD_MANAGER, Conflict, Kube, NotFound, as_body, mapped
 from flows.kube.objects import ServiceSnapshot
 from retrypolicy.retry import Retry, with_retries
@@ -270,15 +271,35 @@ def update_service_annotations(
     return _read_modify_write(kube, namespace, name, changes)[1]
 
 
+class SelectorEdited(PermanentError):
+    """The Service's selector is not one this handoff decided from: a person's edit."""
+
+
 def update_service_selector(
-    kube: Kube, namespace: str, name: str, target: dict[str, str]
+    kube: Kube,
+    namespace: str,
+    name: str,
+    target: dict[str, str],
+    *,
+    expected: Callable[[dict[str, str]], bool],
 ) -> ServiceSnapshot:
     """Set a Service's selector to exactly `target`, computed from a fresh read and
-    guarded by its resourceVersion (a 409 re-reads). Returns the Service as read before
+    guarded by its resourceVersion (a 409 re-reads). `expected` says whether the selector
+    read is one the caller decided from (or wrote itself); any other is someone else's
+    edit and raises SelectorEdited, never overwritten. Returns the Service as read before
     the write (its selector is the previous one); a Service already on target is left."""
 
     def changes(service: ServiceSnapshot) -> dict[str, Any] | None:
-        return None if service.selector == target else {"selector": (service.selector, target)}
+        if service.selector == target:
+            return None
+        if not expected(service.selector):
+            raise SelectorEdited(
+                f"Service {namespace}/{name}: its selector is {service.selector}, which this "
+                f"handoff neither read before deciding nor wrote, so it was not set to "
+                f"{target}: someone else changed it. Check that the change was meant, then "
+                "run the handoff (or `handoff rollback`) again"
+            )
+        return {"selector": (service.selector, target)}
 
     return _read_modify_write(kube, namespace, name, changes)[0]
 

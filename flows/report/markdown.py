@@ -8,6 +8,7 @@ from flows.plan import Plan
 from flows.report.record import HandoffRecord
 from flows.spec import HandoffSpec
 from gates import shown
+from gates.latency_report import streams
 
 
 def plan_markdown(plan: Plan) -> str:
@@ -81,7 +82,7 @@ def gate_policy_markdown(spec: HandoffSpec) -> str:
     if gates.latency is not None:
         latency = gates.latency
         lines.append(
-            f"latency at {latency.levels} streams, {latency.max_tokens} tokens, within "
+            f"latency at {streams(*latency.levels)}, {latency.max_tokens} tokens, within "
             f"{gates.latency_budget_s:g} s: SLO {_settings(latency.slo.model_dump())}; "
             f"against a live baseline when there is one, margins "
             f"{_settings(latency.margins.model_dump())}"

@@ -61,6 +61,9 @@ class HandoffRecord(BaseModel):
     started_at: str
     finished_at: str
     flow_run_id: str | None = None
+    changed: bool = Field(
+        True, description="False: the Service already served the spec's revision; nothing written"
+    )
 
     def compact(self) -> dict[str, Any]:
         """What fits in the annotation: figures stay in the Prefect artifact."""
@@ -83,8 +86,8 @@ def record(kube: Kube, spec: HandoffSpec, entry: HandoffRecord, ledger: Ledger |
         )
 
     write.update_service_annotations(kube, spec.namespace, spec.service, changes)
-    if entry.outcome == "rolled-back":
-        return  # the rollback announced itself, with its cause
+    if entry.outcome == "rolled-back" or not entry.changed:
+        return  # the rollback announced itself, with its cause; nothing to do, no Event
     message = (
         f"handoff {entry.handoff_id} ({entry.spec}): {entry.outcome}"
         + (f", image {entry.image}" if entry.image else "")

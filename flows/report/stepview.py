@@ -96,5 +96,11 @@ class StepView:
 def shown_live(console: Console, title: str = "handoff steps") -> Iterator[StepView]:
     """The step table, redrawn on `console` while the block runs; left printed after."""
     view = StepView(title)
-    with Live(view, console=console, refresh_per_second=4), listening(view):
-        yield view
+    try:
+        with Live(view, console=console, refresh_per_second=4), listening(view):
+            yield view
+    finally:
+        # Live leaves the cursor on the table's bottom border, and moves it to the next
+        # line only on a terminal: in a file or a pipe the next print would start there.
+        if not console.is_terminal:
+            console.line()

@@ -62,7 +62,9 @@ def test_503_and_429_from_the_apiserver_are_retried(
     service = read.read_service(kube, ns, SERVICE)
     assert time.monotonic() - started >= 1.0, "Retry-After was not waited for"
     assert service.name == SERVICE
-    write.update_service_selector(kube, ns, SERVICE, {"app": "retried"})
+    write.update_service_selector(
+        kube, ns, SERVICE, {"app": "retried"}, expected=lambda found: found == service.selector
+    )
     assert read.read_service(kube, ns, SERVICE).selector == {"app": "retried"}
     assert faults.statuses("GET", path)[:4] == [503, 503, 429, 200]
     assert faults.statuses("PATCH", path) == [503, 503, 200]
