@@ -6,8 +6,11 @@ conflict. How: exponential backoff with jitter (retrypolicy/backoff.py), at leas
 Retry-After header asks, each retry logged with what failed and when the next try is;
 bounded in time: after HANDOFF_RETRY_S seconds (default 30) of failures, or the caller's
 own request timeout if shorter, the last error is raised to the step, which fails or
-rolls back as it would have. Everything else (403, 404, 422, a bad manifest) is raised
-at once.
+rolls back as it would have. A caller may bound the retries by a deadline of its own as
+well, asked again before every try and during every wait (`until`: a fenced write's
+Lease, flows/kube/client.py): no try starts after it, and at it the caller decides
+(it raises, e.g. LeaseLost, or gives a later deadline). Everything else (403, 404, 422,
+a bad manifest) is raised at once.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import NoReturn, TypeVar
 
 from retrypolicy.backoff import compute_delay, compute_sleep, draw
 
@@ -31,12 +34,24 @@ class RetryPolicy:
     budget_s: float  # retries stop once this long has passed since the first try
     first_s: float = 0.2
     cap_s: float = 5.0
+    # The caller's own deadline (a time.monotonic()), asked again before each retry and
+    # at least every POLL_S while waiting for it: no try starts at or after it. It may
+    # raise to stop the retries (then that error is raised); a deadline that has passed
+    # without a raise ends them as the budget does.
+    until: Callable[[], float] | None = None
 
 
-def policy(budget_s: float | None = None) -> RetryPolicy:
-    """The policy, its budget from HANDOFF_RETRY_S unless the caller bounds it tighter."""
+POLL_S = 1.0  # how often a wait asks `until` again
+
+
+def policy(
+    budget_s: float | None = None, *, until: Callable[[], float] | None = None
+) -> RetryPolicy:
+    """The policy, its budget from HANDOFF_RETRY_S unless the caller bounds it tighter;
+    `until`: the caller's own deadline besides (see RetryPolicy)."""
     configured = float(os.environ.get("HANDOFF_RETRY_S", "30"))
-    return RetryPolicy(budget_s=configured if budget_s is None else min(budget_s, configured))
+    budget = configured if budget_s is None else min(budget_s, configured)
+    return RetryPolicy(budget_s=budget, until=until)
 
 
 class Retry(Exception):
@@ -56,10 +71,12 @@ def retry_after(value: str | None) -> float:
 
 
 def with_retries(attempt: Callable[[], T], *, what: str, rules: RetryPolicy | None = None) -> T:
-    """attempt() until it returns, raises anything but Retry, or the budget is spent
-    (then Retry's cause is raised)."""
+    """attempt() until it returns, raises anything but Retry, or the budget (or the
+    rules' own deadline, `until`) is spent: then Retry's cause is raised, unless `until`
+    raises an error of its own."""
     rules = rules or policy()
-    deadline = time.monotonic() + rules.budget_s
+    started = time.monotonic()
+    deadline = started + rules.budget_s
     for tries in range(1_000_000):
         try:
             return attempt()
@@ -70,14 +87,34 @@ def with_retries(attempt: Callable[[], T], *, what: str, rules: RetryPolicy | No
                 compute_delay(tries, first_s=rules.first_s, cap_s=rules.cap_s, u=draw()),
             )
             if left <= 0 or delay > left:
-                log.warning(
-                    "%s: giving up after %d tries in %.1f s: %s",
-                    what, tries + 1, rules.budget_s - left, retry,
-                )  # fmt: skip
-                raise retry.cause  # noqa: B904 (its own __cause__ is kept)
+                _give_up(what, tries, started, retry)
             log.warning(
                 "%s: %s; try %d in %.2f s (retrying for %.0f s more)",
                 what, retry, tries + 2, delay, left,
             )  # fmt: skip
-            time.sleep(compute_sleep(delay, left))
+            if rules.until is None:
+                time.sleep(compute_sleep(delay, left))
+            elif not _wait_within(rules.until, delay):
+                _give_up(what, tries, started, retry)
     raise AssertionError("unreachable")
+
+
+def _give_up(what: str, tries: int, started: float, retry: Retry) -> NoReturn:
+    log.warning(
+        "%s: giving up after %d tries in %.1f s: %s",
+        what, tries + 1, time.monotonic() - started, retry,
+    )  # fmt: skip
+    raise retry.cause  # its own __cause__ is kept
+
+
+def _wait_within(until: Callable[[], float], delay_s: float) -> bool:
+    """Wait delay_s, asking until() again at least every POLL_S and whenever its deadline
+    comes first; False when that deadline is reached before the wait ends (and until()
+    did not raise)."""
+    wake = time.monotonic() + delay_s
+    while (now := time.monotonic()) < wake:
+        bound = until()
+        if bound <= now:
+            return False
+        time.sleep(compute_sleep(min(wake, bound) - now, POLL_S))
+    return until() > time.monotonic()
