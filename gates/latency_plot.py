@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gates.cell import CellFigures
-from gates.latency_report import LatencyFigures, LevelFigures, verdict_word
+from gates.latency_report import LatencyFigures, LevelFigures, streams, verdict_word
 from gates.picture import markdown_image, new_figure, png, write_png
 
 if TYPE_CHECKING:
@@ -30,7 +30,7 @@ _SLO_REACH = 3.0  # an SLO further than this times the largest sample squashes t
 def level_png(level: LevelFigures) -> bytes:
     """One row of three CDF panels for one concurrency level, as PNG bytes (Agg: headless)."""
     figure = new_figure(11, 3.4)
-    figure.suptitle(f"latency at {level.concurrency} streams: {verdict_word(level)}")
+    figure.suptitle(f"latency at {streams(level.concurrency)}: {verdict_word(level)}")
     cells = [c for c in (level.baseline, level.candidate) if c is not None]
     for axes, (metric, title, compared, q) in zip(figure.subplots(1, 3), _PANELS, strict=True):
         for cell in cells:
@@ -92,6 +92,6 @@ def write_pictures(figures: LatencyFigures, directory: Path) -> list[Path]:
 def pictures_markdown(figures: LatencyFigures) -> str:
     """The pictures embedded in markdown (gates.picture.markdown_image)."""
     return "\n\n".join(
-        markdown_image(f"latency CDFs at {level.concurrency} streams", level_png(level))
+        markdown_image(f"latency CDFs at {streams(level.concurrency)}", level_png(level))
         for level in figures.levels
     )

@@ -83,6 +83,16 @@ _ROWS: list[tuple[str, Callable[[CellFigures], str]]] = [
 ]
 
 
+def streams(*counts: int) -> str:
+    """Concurrency levels as a person says them: "1 stream", "16 streams", "1, 4 and 16
+    streams" (the noun agrees with the last count)."""
+    if not counts:
+        return "no streams"
+    named = [str(n) for n in counts]
+    listed = named[0] if len(named) == 1 else f"{', '.join(named[:-1])} and {named[-1]}"
+    return f"{listed} {'stream' if counts[-1] == 1 else 'streams'}"
+
+
 def verdict_word(level: LevelFigures) -> str:
     """How a level's verdict reads in the report and on its picture."""
     return {True: "pass", False: "FAIL", None: "no verdict"}[level.passed]
@@ -92,7 +102,7 @@ def render_level(level: LevelFigures) -> str:
     verdict = verdict_word(level)
     cells = [level.candidate] + ([level.baseline] if level.baseline else [])
     header = "| " + " | ".join(["", *(c.label for c in cells)]) + " |"
-    lines = [f"#### {level.concurrency} streams: {verdict}", ""]
+    lines = [f"#### {streams(level.concurrency)}: {verdict}", ""]
     if level.rounds is not None and level.max_rounds is not None:
         early = " (verdict certain: stopped early)" if level.rounds < level.max_rounds else ""
         lines += [f"{level.rounds} of at most {level.max_rounds} rounds a side{early}.", ""]
