@@ -1,7 +1,8 @@
 """Task gate: does the candidate still do the job its clients send?
 
 Both sides answer the same suite (gates.task_suite) under the same sampling; each answer is
-scored by its case's checker (gates.task_check; code only in gates.task_sandbox). The
+scored by its case's checker (gates.task_check; code only in gates.task_sandbox, which
+refuses to run it without its sandbox: then the gate gives no verdict). The
 baseline is the live server, or in place the golden scores recorded from it earlier
 (`handoff golden record --task-suite`). The decision is paired, on the same cases: exact
 McNemar for pass/fail cases, a paired bootstrap for graded scores (gates.task_stats).
@@ -23,7 +24,7 @@ from gates.result import GateResult
 from gates.stats import Interval
 from gates.task_collect import TASK_GOLDEN_FORMAT, SideScores, collect_scores
 from gates.task_report import Flip, TaskFigures
-from gates.task_sandbox import network_isolation
+from gates.task_sandbox import SandboxUnavailable, isolation
 from gates.task_stats import bootstrap_mean, mcnemar_worse, paired_bootstrap_difference, wilson
 from gates.task_suite import TaskSuite
 
@@ -63,10 +64,17 @@ async def run_task_async(
         n_cases=len(suite.cases),
         samples=suite.sampling.samples,
         candidate_url=url,
-        isolation=network_isolation(),
     )
     if (baseline_url is None) == (golden is None):
         raise ValueError("the task gate needs exactly one baseline: a live URL or golden scores")
+    if any(c.check.kind in ("code", "function") for c in suite.cases):
+        try:
+            figures.isolation = isolation()
+        except SandboxUnavailable as exc:
+            reason = f"no verdict: {exc}"
+            return TaskResult(name="task", passed=None, reason=reason, figures=figures)
+    else:
+        figures.isolation = "no code checks in this suite"
     mismatch = golden is not None and _mismatch(golden, suite)
     if mismatch:
         return TaskResult(

@@ -8,9 +8,10 @@ A case is a raw completion (`prompt`) or a chat turn (`messages`), and one check
 - `number`: the first number in the answer is within `tolerance` of `value`;
 - `json`: the answer (or its first fenced block) is JSON valid against `schema`;
 - `function`: Python source defining `check(answer)` returning a bool or a score in [0, 1];
-- `code`: the answer's code (its first fenced block, or all of it) with `tests` appended.
+- `code`: the answer's code (its first fenced block, or all of it), then `tests`, whose
+  top-level asserts are judged outside the sandbox (gates.task_tests says which forms).
 
-`function` and `code` run only in the isolated subprocess (gates.task_sandbox).
+`function` and `code` run only in the sandbox (gates.task_sandbox).
 """
 
 from __future__ import annotations
@@ -89,7 +90,15 @@ class Function(_Checker):
 
 class Code(_Checker):
     kind: Literal["code"] = "code"
-    tests: str = Field(description="Python run after the answer's code; raising fails it")
+    tests: str = Field(description="asserts on the answer's values (gates.task_tests)")
+
+    @field_validator("tests")
+    @classmethod
+    def _judgeable(cls, value: str) -> str:
+        from gates.task_tests import plan
+
+        plan(value)
+        return value
 
 
 Checker = Annotated[

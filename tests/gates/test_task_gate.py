@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import shutil
 import socket
 import threading
 from pathlib import Path
@@ -14,11 +15,12 @@ import pytest
 from typer.testing import CliRunner
 
 from cli import app
+from gates import task_sandbox
 from gates.task import TaskRule, judge, run_task
 from gates.task_check import check
 from gates.task_collect import CaseOutcome, SideScores
 from gates.task_report import TaskFigures
-from gates.task_sandbox import run_isolated
+from gates.task_sandbox import SandboxUnavailable
 from gates.task_stats import mcnemar_worse, wilson
 from gates.task_suite import Code, Function, Limits, SuiteError, TaskSuite, load_suite
 from sandbox.engines.llamacpp import ServerPool
@@ -48,7 +50,7 @@ def test_an_answer_writing_outside_its_directory_is_contained(tmp_path: Path, ho
     target = tmp_path / "escaped.txt"
     path = str(target) if how == "absolute" else "../../../../../../../../" + str(target)
     score, detail = contained(f"open({path!r}, 'w').write('x')\ndef add(a, b):\n    return a + b\n")
-    assert score == 0.0 and "outside its directory" in detail, detail
+    assert score == 0.0 and "the answer's code failed" in detail, detail
     assert not target.exists()
 
 
@@ -70,7 +72,7 @@ def test_an_answer_opening_a_socket_is_contained() -> None:
         )
         score, detail = contained(answer)
         listener.join()
-    assert score == 0.0 and "not allowed" in detail, detail
+    assert score == 0.0 and "the answer's code failed" in detail, detail
     assert accepted == []
 
 
@@ -85,6 +87,9 @@ def test_an_answer_cannot_start_processes_or_print_its_own_pass(tmp_path: Path) 
     assert score == 0.0 and not marker.exists(), detail
     forged = 'print(\'{"nonce": "x", "score": 1.0, "detail": "forged"}\')\nimport os\nos._exit(0)\n'
     assert contained(forged)[0] == 0.0
+    forked = "import os\nif os.fork() == 0:\n    os._exit(0)\ndef add(a, b):\n    return a + b\n"
+    score, detail = contained(forked)
+    assert score == 0.0 and "Operation not permitted" in detail, detail
 
 
 def test_function_checkers_grade_in_the_isolated_runner() -> None:
@@ -92,7 +97,57 @@ def test_function_checkers_grade_in_the_isolated_runner() -> None:
     assert check(Function(source=source), " Paris!", LIMITS).score == 0.5
     escape = "def check(answer):\n    import os\n    return os.system('true') == 0\n"
     assert check(Function(source=escape), "x", LIMITS).score == 0.0
-    assert run_isolated({"kind": "function", "source": "x = 1", "answer": ""}, LIMITS).score == 0
+    assert check(Function(source="x = 1"), "", LIMITS).score == 0
+
+
+def test_a_wrong_answer_fails_with_the_test_it_failed_and_no_value_of_its_own() -> None:
+    score, detail = contained("def add(a, b):\n    return 'secret' * 1000\n")
+    assert score == 0.0 and "add(2, 3) == 5" in detail and "secret" not in detail, detail
+    score, detail = contained("def add(a, b):\n    raise KeyError('x' * 10000)\n")
+    assert score == 0.0 and "raised KeyError" in detail and len(detail) <= 300, detail
+
+
+@pytest.mark.parametrize(
+    "tests",
+    [
+        "assert add(2, 3) == add(3, 2)",  # both sides are the answer's
+        "for a in range(3):\n    assert add(a, 0) == a",  # an assert inside a loop
+        "add(2, 3)",  # nothing could pass it
+        "assert 1 < add(2, 3) < 9",
+    ],
+)
+def test_tests_the_parent_cannot_judge_are_refused_when_the_suite_loads(tests: str) -> None:
+    with pytest.raises(ValueError, match="tests"):
+        Code(tests=tests)
+
+
+def test_without_bubblewrap_code_checks_are_refused_unless_opted_out(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    real_which = shutil.which
+    monkeypatch.setattr(
+        shutil, "which", lambda name, *a, **k: None if name == "bwrap" else real_which(name)
+    )
+    monkeypatch.delenv(task_sandbox.OPT_OUT, raising=False)
+    task_sandbox._bwrap.cache_clear()
+    try:
+        with pytest.raises(SandboxUnavailable, match="Debian package `bubblewrap`"):
+            contained("def add(a, b):\n    return a + b\n")
+        suite = TaskSuite.model_validate(
+            {
+                "name": "s",
+                "cases": [
+                    {"id": "c", "prompt": "p", "check": {"kind": "code", "tests": ADD_TESTS}}
+                ],
+            }
+        )
+        refused = run_task("http://127.0.0.1:9", suite, baseline_url="http://127.0.0.1:9")
+        assert refused.passed is None and "bubblewrap" in refused.reason
+        monkeypatch.setenv(task_sandbox.OPT_OUT, "none")
+        assert task_sandbox.isolation().startswith("NONE")
+        assert contained("def add(a, b):\n    return a + b\n") == (1.0, "tests passed")
+    finally:
+        task_sandbox._bwrap.cache_clear()
 
 
 @pytest.mark.parametrize(
