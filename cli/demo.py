@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 from rich.table import Table
+
+if TYPE_CHECKING:
+    from cli.demo_run import DemoResult
 
 # A table of nine columns needs more than the 80 columns rich assumes off a terminal.
 console = Console(width=None if Console().is_terminal else 120)
@@ -43,6 +46,23 @@ def demo(
     results = demo_run.main(
         run_dir, auto_approve=not approve_in_ui, console=console, verbose=verbose
     )
+    console.print(summary(results))
+    # The hints name this sandbox, so they work as printed from any shell.
+    state = manager.status(run_dir)
+    typer.echo("history:")
+    if state is not None:
+        typer.echo(f'  eval "$(uv run handoff sandbox env --run-dir {run_dir})"')
+    typer.echo(f"  uv run handoff history --namespace {demo_run.NAMESPACE}")
+    if not verbose:
+        typer.echo(f"Prefect's log lines: {demo_run.log_file(run_dir)}")
+    typer.echo("stop the sandbox:")
+    typer.echo(f"  uv run handoff sandbox down --run-dir {run_dir}")
+    if any(r.outcome != "done" for r in results):
+        raise typer.Exit(1)
+
+
+def summary(results: list[DemoResult]) -> Table:
+    """One row per handoff: its outcome, the clients' view and the downtime."""
     table = Table(
         "handoff",
         "outcome",
@@ -72,16 +92,4 @@ def demo(
             declared,
             f"{r.seconds:g}",
         )
-    console.print(table)
-    # The hints name this sandbox, so they work as printed from any shell.
-    state = manager.status(run_dir)
-    typer.echo("history:")
-    if state is not None:
-        typer.echo(f'  eval "$(uv run handoff sandbox env --run-dir {run_dir})"')
-    typer.echo(f"  uv run handoff history --namespace {demo_run.NAMESPACE}")
-    if not verbose:
-        typer.echo(f"Prefect's log lines: {demo_run.log_file(run_dir)}")
-    typer.echo("stop the sandbox:")
-    typer.echo(f"  uv run handoff sandbox down --run-dir {run_dir}")
-    if any(r.outcome != "done" for r in results):
-        raise typer.Exit(1)
+    return table

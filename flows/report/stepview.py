@@ -102,5 +102,5 @@ def shown_live(console: Console, title: str = "handoff steps") -> Iterator[StepV
     finally:
         # Live leaves the cursor on the table's bottom border, and moves it to the next
         # line only on a terminal: in a file or a pipe the next print would start there.
-        if not console.is_terminal:
+        if not console.is_terminal and not console.is_jupyter:
             console.line()

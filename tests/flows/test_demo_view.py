@@ -11,11 +11,13 @@ from pathlib import Path
 import pytest
 from prefect import flow, get_run_logger
 from prefect.settings import PREFECT_API_URL, temporary_settings
+from rich.cells import cell_len
 from rich.console import Console
 
-from cli.demo_run import link_printer
+from cli.demo import summary
+from cli.demo_run import DemoResult, link_printer
 from flows.logfile import logs_to
-from flows.report.stepview import StepEvent, listening, notify, shown_live
+from flows.report.stepview import STEPS, StepEvent, listening, notify, shown_live
 from tests.webhook.servers import PrefectServer
 
 LINE = "a line the flow logs"
@@ -56,3 +58,50 @@ def test_steps_on_the_terminal_prefect_lines_in_the_file(
     assert re.search(r"│ warm\s+│ failed\s+│\s+3\.5 │", shown), shown
     assert re.search(r"│ swap\s+│ pending\s+│", shown), shown
     assert logging.getLogger().handlers == handlers_before  # the terminal has them back
+
+
+def _result(spec: str, outcome: str = "done") -> DemoResult:
+    return DemoResult(
+        spec=spec,
+        outcome=outcome,
+        strategy="in-place",
+        image="registry.local/candle-vllm@sha256:" + "0" * 64,
+        requests_ok=812,
+        requests_failed=0,
+        unavailable_s=0.0,
+        declared_estimate_s=21.0,
+        declared_downtime_s=90.0,
+        measured_downtime_s=18.4,
+        seconds=143.2,
+    )
+
+
+@pytest.mark.parametrize("width", [80, 120])
+def test_the_demo_output_has_no_line_glued_to_a_table(width: int) -> None:
+    """The demo's printing as a pipe or a file takes it: lines said, a live step table per
+    handoff with its run's link printed as its first step starts, then the summary. Every
+    table ends its line and every line fits the width."""
+    screen = io.StringIO()
+    console = Console(file=screen, width=width, color_system=None)
+    console.print("[bold]handoff demo[/bold]: bringing the sandbox up")
+    for spec in ("clef-candle", "coder-14b-fp16"):
+
+        def link(event: StepEvent, spec: str = spec) -> None:
+            if event.state == "started" and event.name == STEPS[0]:
+                console.print(f"handoff {spec}: http://127.0.0.1:4200/runs/flow-run/{'0' * 36}")
+
+        with shown_live(console, title=f"handoff {spec}"), listening(link):
+            for name in STEPS:
+                notify(StepEvent(name, "started"))
+                notify(StepEvent(name, "done", 2.25))
+        console.print(f"after {spec}")
+    console.print(summary([_result("clef-candle"), _result("coder-14b-fp16", "rolled back")]))
+    console.print("history:")
+    lines = screen.getvalue().splitlines()
+    assert not [line for line in lines if re.search(r"[┘╯┛]\s*\S", line)], screen.getvalue()
+    assert all(cell_len(line) <= width for line in lines), screen.getvalue()
+    run_link = re.compile(r"handoff (clef-candle|coder-14b-fp16):")
+    links = [i for i, line in enumerate(lines) if run_link.match(line)]
+    assert len(links) == 2 and lines[links[1] - 1] == "after clef-candle"
+    assert lines[-1] == "history:" and re.match(r"[└┗]", lines[-2]), lines[-2:]
+    assert "rolled" in screen.getvalue()  # the summary's rows are there (wrapped at 80)
