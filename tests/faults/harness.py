@@ -9,7 +9,7 @@ from __future__ import annotations
 import subprocess
 import time
 import uuid
-from contextlib import nullcontext, suppress
+from contextlib import closing, nullcontext, suppress
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -18,7 +18,7 @@ import httpx
 from kubernetes import watch
 from kubernetes.client.exceptions import ApiException
 
-from flows.kube.client import Kube
+from flows.kube.client import Kube, connect
 from flows.lease import read_holder
 from flows.ledger import REVISION_LABEL, OutageRecord, history_entries, parse_ledger
 from flows.slots import LEASE_S as SLOT_LEASE_S
@@ -32,6 +32,7 @@ from sandbox.traffic import ClientLoad
 from tests.faults.faults import CANDIDATE, LIVE, SERVICE, Fault, Scene
 from tests.faults.watch import OutageWatch, RouteWatch
 from tests.handoff.pauses import IMPOSSIBLE, RELAXED, PausingRun
+from tests.invariants import ServiceMonitor
 from tests.world import await_phase, run_handoff, spec_in, start_handoff
 
 # The ledger phase at which the run is inside each step.
@@ -249,6 +250,9 @@ def _run_cell(stage: Stage, cell: Cell, front: RegistryFront | None) -> Result:
         ClientLoad(url, api=CLIENT_API[target.service], streams=4) as load,
         RouteWatch(kube, ns, target.service) as routes,
         OutageWatch(kube, ns, target.service) as outages,
+        # The Service invariants (tests/invariants.py), read from its EndpointSlices.
+        closing(connect(stage.sandbox.kubeconfig)) as monitor_kube,
+        closing(ServiceMonitor(monitor_kube, ns, target.service).start()) as monitor,
     ):
         if pausing:
             paused = PausingRun.start(spec_file, stage.env)
@@ -286,6 +290,7 @@ def _run_cell(stage: Stage, cell: Cell, front: RegistryFront | None) -> Result:
         outside = [o for o in load.failed if not _inside(o.ended, windows)]
         assert load.succeeded > 0 and outside == [], (cell.key, outside[:3], windows)
         assert load.outcomes[-1].ok, f"{cell.key}: clients are not served at the end"
+    _check_invariants(monitor, cell, windows)
     return Result(
         fault=cell.fault,
         step=cell.step,
@@ -297,6 +302,16 @@ def _run_cell(stage: Stage, cell: Cell, front: RegistryFront | None) -> Result:
         unavailable_s=load.unavailable_s() if target.in_place else None,
         declared_s=max((o.bound_s for o in outages.records), default=None),
     )
+
+
+def _check_invariants(monitor: ServiceMonitor, cell: Cell, windows: list[Window]) -> None:
+    """I1-I3 on the Service's EndpointSlices: empty only inside the declared in-place
+    outages, unless the fault itself takes the Service from clients."""
+    if cell.clients_may_fail or cell.service_gone:
+        monitor.allow_outage(f"the fault ({cell.fault}) takes the Service from its clients")
+    monitor.allow_empty_during(windows, "in-place outage declared in the ledger")
+    found = monitor.violations()
+    assert not found, f"{cell.key}: " + monitor.report(found)
 
 
 # A window of monotonic seconds in which the Service may have no ready workload.

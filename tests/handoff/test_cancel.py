@@ -34,7 +34,12 @@ from tests.world import (
     wait_deployments_ready,
 )
 
-pytestmark = pytest.mark.timeout(600)  # a whole handoff, on a shared machine
+pytestmark = [
+    pytest.mark.timeout(600),  # a whole handoff, on a shared machine
+    pytest.mark.outage_window(
+        "in place: the Service has no ready pod from the old pods' stop to the swap"
+    ),
+]
 
 
 def _serves(kube: Kube, namespace: str) -> None:

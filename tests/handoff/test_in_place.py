@@ -36,7 +36,12 @@ APPROVER_DELAY_S = 120 * load_cluster().time_scale
 
 # Whole in-place handoffs with a person answering from the command line: on a shared,
 # loaded machine one can take several minutes.
-pytestmark = pytest.mark.timeout(600)
+pytestmark = [
+    pytest.mark.timeout(600),
+    pytest.mark.outage_window(
+        "in place: the Service has no ready pod from the old pods' stop to the swap"
+    ),
+]
 
 
 def test_a_late_plan_approval_costs_no_downtime_and_the_gates_swap_alone(

@@ -35,6 +35,11 @@ from tests.kubelet.waits import is_ready
 from tests.world import load_spec_as_run, service, spec_in
 
 
+@pytest.mark.invariants(
+    reason="a person's selector edit selects no pod until the pin",
+    allow=("I1",),
+    services=("coder-predictor",),
+)
 def test_the_pin_is_computed_from_the_service_as_it_is_now(
     kube: Kube, seeded: str, spare_gpus: str, handoff_env: dict[str, str], tmp_path: Path
 ) -> None:
@@ -57,6 +62,11 @@ def _wait_live_pods_gone(kube: Kube, namespace: str) -> None:
         time.sleep(0.5)
 
 
+@pytest.mark.invariants(
+    reason="the test scales the live Deployment to 0, as a rollback leaves it",
+    allow=("I1", "I3"),
+    services=("coder-predictor",),
+)
 def test_the_pin_is_the_live_replica_sets_hash_while_its_pods_are_not_there(
     kube: Kube, seeded: str, spare_gpus: str, handoff_env: dict[str, str], tmp_path: Path
 ) -> None:
@@ -88,6 +98,11 @@ def _template_changed(kube: Kube, namespace: str, deployment: str, **spec: objec
     )
 
 
+@pytest.mark.invariants(
+    reason="the test scales the live Deployment to 0, as an in-place apply does",
+    allow=("I1", "I3"),
+    services=("coder-predictor",),
+)
 def test_a_resumed_run_keeps_the_pin_its_ledger_recorded(
     kube: Kube, seeded: str, spare_gpus: str, handoff_env: dict[str, str], tmp_path: Path
 ) -> None:
@@ -102,6 +117,11 @@ def test_a_resumed_run_keeps_the_pin_its_ledger_recorded(
     assert make_plan(kube, spec).pin_live_selector == first.pin_live_selector
 
 
+@pytest.mark.invariants(
+    reason="a person's template change rolls the live Deployment out (Recreate)",
+    allow=("I1", "I3"),
+    services=("coder-predictor",),
+)
 def test_a_live_deployment_its_controller_has_not_observed_is_not_pinned(
     kube: Kube,
     sandbox: SandboxState,
@@ -181,6 +201,11 @@ def test_a_rollback_holds_the_service_on_the_pin_while_the_twins_pods_run(
     assert service(kube, seeded, "coder-predictor").spec.selector == {"app": "candle-vllm"}
 
 
+@pytest.mark.invariants(
+    reason="a person restarts the live Deployment: the pin selects no pod until the rollback",
+    allow=("I1",),
+    services=("coder-predictor",),
+)
 def test_a_rollback_pins_to_the_live_deployment_a_person_restarted(
     kube: Kube, seeded: str, spare_gpus: str, handoff_env: dict[str, str], tmp_path: Path
 ) -> None:
