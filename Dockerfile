@@ -15,7 +15,7 @@ LABEL dev.handoff.flow.root=/opt/handoff
 
 # git: the flow reads the history of the repository an image is built from.
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends git \
+    && apt-get install -y --no-install-recommends git bubblewrap \
     && rm -rf /var/lib/apt/lists/*
 RUN pip install --no-cache-dir uv==0.13.9
 

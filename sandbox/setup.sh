@@ -23,7 +23,7 @@ export DEBIAN_FRONTEND=noninteractive
 log() { printf '==> %s\n' "$*" >&2; }
 as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 
-apt_packages=(golang-go rsync jq make etcd-server docker-registry openssl git ca-certificates curl chromium util-linux mount)
+apt_packages=(golang-go rsync jq make etcd-server docker-registry openssl git ca-certificates curl chromium util-linux mount bubblewrap)
 # A compiler and cmake only while the engine still has to be built.
 [ -f "$engine_ready" ] || apt_packages+=(cmake g++)
 missing=()
