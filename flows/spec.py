@@ -2,10 +2,13 @@
 
 YAML in (`manifests/handoffs/*.yaml`), validated once, typed everywhere after.
 `${VAR}` and `${VAR:-default}` in string values are expanded from the environment
-so one spec serves the sandbox and a real cluster; paths are relative to the spec
-file. A kustomize-style `images:` list (in the spec, or `HANDOFF_IMAGES` in the
-environment as `name=newName,...`) points the manifests' real image names at
-another registry without editing them.
+so one spec serves the sandbox and a real cluster, but only for HANDOFF_SPEC_* variables
+and those the spec lists under `environment:`, and never a credential (a spec's values
+are published in Prefect events and reports). Paths are relative to the spec file and
+must resolve, symlinks followed, inside the repository holding it. Namespace, Service
+and Deployment names are checked as Kubernetes checks them. A kustomize-style `images:`
+list (in the spec, or `HANDOFF_IMAGES` in the environment as `name=newName,...`) points
+the manifests' real image names at another registry without editing them.
 """
 
 from __future__ import annotations
@@ -13,17 +16,65 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+)
 
 from flows.errors import PermanentError
+from flows.spec_paths import spec_root
 from gates.settings import LatencySettings, ParityTolerances
 from gates.yaml_file import read_mapping
 
 
 class SpecError(PermanentError):
     """The handoff spec is malformed; the message names the file and the field."""
+
+
+_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+_DNS_1123_LABEL = re.compile(rf"^{_LABEL}$")
+_DNS_1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+_DNS_1123_SUBDOMAIN = re.compile(rf"^{_LABEL}(\.{_LABEL})*$")
+
+
+def _namespace_name(value: str) -> str:
+    if len(value) > 63 or not _DNS_1123_LABEL.match(value):
+        raise ValueError(
+            f"{value!r} is not a namespace name, a DNS-1123 label: 1 to 63 lowercase "
+            "letters, digits and '-', starting and ending with a letter or digit"
+        )
+    return value
+
+
+def _service_name(value: str) -> str:
+    if len(value) > 63 or not _DNS_1035_LABEL.match(value):
+        raise ValueError(
+            f"{value!r} is not a Service name, a DNS-1035 label (a DNS-1123 label that "
+            "starts with a letter): 1 to 63 lowercase letters, digits and '-', starting "
+            "with a letter and ending with a letter or digit"
+        )
+    return value
+
+
+def _deployment_name(value: str) -> str:
+    if len(value) > 253 or not _DNS_1123_SUBDOMAIN.match(value):
+        raise ValueError(
+            f"{value!r} is not a Deployment name, a DNS-1123 subdomain: at most 253 "
+            "characters, DNS-1123 labels (lowercase letters, digits and '-', starting and "
+            "ending with a letter or digit) joined by '.'"
+        )
+    return value
+
+
+NamespaceName = Annotated[str, AfterValidator(_namespace_name)]
+ServiceName = Annotated[str, AfterValidator(_service_name)]
+DeploymentName = Annotated[str, AfterValidator(_deployment_name)]
 
 
 class _Model(BaseModel):
@@ -37,7 +88,7 @@ class ImageOverride(_Model):
 
 class CandidateSpec(_Model):
     manifest: Path = Field(description="Deployment manifest of the candidate, relative to the spec")
-    deployment: str
+    deployment: DeploymentName
     container: str = Field(description="container whose image is pinned and gated")
     port: int = Field(8080, description="container port the gates talk to")
     replicas: int = Field(1, ge=1, description="replicas after scale-up")
@@ -134,9 +185,11 @@ class RetireSpec(_Model):
 
 class HandoffSpec(_Model):
     name: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-    namespace: str
-    service: str
-    current: list[str] = Field(min_length=1, description="Deployments the Service selects now")
+    namespace: NamespaceName
+    service: ServiceName
+    current: list[DeploymentName] = Field(
+        min_length=1, description="Deployments the Service selects now"
+    )
     candidate: CandidateSpec
     image: ImageSpec
     images: list[ImageOverride] = Field(default_factory=list)
@@ -144,6 +197,11 @@ class HandoffSpec(_Model):
     approval: ApprovalSpec = ApprovalSpec()
     notify: NotifySpec | None = None
     retire: RetireSpec = RetireSpec()
+    environment: list[str] = Field(
+        default_factory=list,
+        description="environment variables besides HANDOFF_SPEC_* that the spec's ${VAR}s "
+        "may read (never a credential)",
+    )
     source_file: Path | None = Field(None, exclude=True)
 
     @field_validator("current")
@@ -167,13 +225,76 @@ class HandoffSpec(_Model):
 
 
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+SPEC_PREFIX = "HANDOFF_SPEC_"  # variables every spec may read
+DECLARED = "environment"  # the spec's own list of the other variables it reads
+# This project's credentials, and any variable named like one (a word of its name, split
+# at `_`): never expanded, declared or not, since a spec's values are published.
+CREDENTIALS = frozenset(
+    {
+        "HANDOFF_WEBHOOK_SECRET",
+        "HANDOFF_REGISTRY_USERNAME",
+        "HANDOFF_REGISTRY_PASSWORD",
+        "HANDOFF_REGISTRY_TOKEN",
+        "PREFECT_API_AUTH_STRING",
+        "PREFECT_SERVER_API_AUTH_STRING",
+        "PREFECT_API_KEY",
+    }
+)
+_CREDENTIAL_WORDS = frozenset(
+    {"PASSWORD", "PASSWD", "TOKEN", "SECRET", "SECRETS", "KEY", "KEYS", "APIKEY", "AUTH",
+     "CREDENTIAL", "CREDENTIALS", "PRIVATE", "COOKIE"}
+)  # fmt: skip
 
 
-def _expand(value: Any, where: str) -> Any:
+def is_credential(name: str) -> bool:
+    """A variable no spec may read: one of this project's credentials, or named like one."""
+    upper = name.upper()
+    return upper in CREDENTIALS or not _CREDENTIAL_WORDS.isdisjoint(upper.split("_"))
+
+
+def _declared(raw: dict[str, Any], path: Path) -> list[str]:
+    """The spec's `environment:` list, checked: variable names, none a credential."""
+    names = raw.get(DECLARED)
+    if names is None:
+        return []
+    if not isinstance(names, list):
+        raise SpecError(f"{path}: {DECLARED}: expected a list of environment variable names")
+    for i, name in enumerate(names):
+        if not isinstance(name, str) or not _NAME.match(name):
+            raise SpecError(
+                f"{path}: {DECLARED}[{i}]: {name!r} is not an environment variable name "
+                "(letters, digits and _, not starting with a digit; no ${...} here)"
+            )
+        if is_credential(name):
+            raise SpecError(
+                f"{path}: {DECLARED}[{i}]: {name} is a credential or named like one "
+                f"(PASSWORD, TOKEN, SECRET, KEY, AUTH...); a spec never reads one, declared "
+                "or not, since its values are published in Prefect events and reports: "
+                "remove it, and give the flow the credential its own way"
+            )
+    return names
+
+
+def _expand(value: Any, path: Path, field: str, allowed: frozenset[str]) -> Any:
     if isinstance(value, str):
 
         def sub(match: re.Match[str]) -> str:
             name, default = match.group(1), match.group(2)
+            where = f"{path}: {field or '(top)'}"
+            if is_credential(name):
+                raise SpecError(
+                    f"{where}: ${{{name}}} is a credential or named like one (PASSWORD, "
+                    "TOKEN, SECRET, KEY, AUTH...); a spec never reads one, declared or not, "
+                    "since its values are published in Prefect events and reports: write the "
+                    "value in the spec, or use a HANDOFF_SPEC_* variable that holds no secret"
+                )
+            if not name.startswith(SPEC_PREFIX) and name not in allowed:
+                raise SpecError(
+                    f"{where}: ${{{name}}} may not be read by this spec: a spec reads only "
+                    f"{SPEC_PREFIX}* variables and those it lists under `{DECLARED}:`; "
+                    f"rename it {SPEC_PREFIX}{name}, or add `{DECLARED}: [{name}]` to the spec"
+                )
             if name in os.environ:
                 return os.environ[name]
             if default is None:
@@ -185,9 +306,12 @@ def _expand(value: Any, where: str) -> Any:
 
         return _VAR.sub(sub, value)
     if isinstance(value, dict):
-        return {k: _expand(v, f"{where}.{k}") for k, v in value.items()}
+        return {
+            k: _expand(v, path, f"{field}.{k}" if field else str(k), allowed)
+            for k, v in value.items()
+        }
     if isinstance(value, list):
-        return [_expand(v, f"{where}[{i}]") for i, v in enumerate(value)]
+        return [_expand(v, path, f"{field}[{i}]", allowed) for i, v in enumerate(value)]
     return value
 
 
@@ -202,11 +326,17 @@ def _env_overrides() -> list[dict[str, str]]:
     return out
 
 
-def load_spec(path: Path) -> HandoffSpec:
-    """Read, expand and validate a spec file; relative paths become absolute."""
+def load_spec(path: Path, *, root: Path | None = None) -> HandoffSpec:
+    """Read, expand and validate a spec file; relative paths become absolute, and every
+    file it names must lie under root: the repository holding the spec, found from the
+    spec's place (flows.spec_paths.spec_root) unless its reader knows it (the relay's
+    extracted merge commit holds no .git)."""
     path = path.resolve()
     raw = read_mapping(path, "handoff spec", SpecError)
-    data = _expand(raw, str(path))
+    allowed = frozenset(_declared(raw, path))
+    data = _expand({k: v for k, v in raw.items() if k != DECLARED}, path, "", allowed)
+    if DECLARED in raw:
+        data[DECLARED] = raw[DECLARED]
     # Environment overrides win over the spec's own list.
     data["images"] = _env_overrides() + list(data.get("images") or [])
     try:
@@ -216,23 +346,46 @@ def load_spec(path: Path) -> HandoffSpec:
             f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
         )
         raise SpecError(f"{path}: invalid handoff spec: {fields}") from None
-    return _absolute_paths(spec, path.parent)
+    return _absolute_paths(spec, path, spec_root(path) if root is None else root.resolve())
 
 
-def _absolute_paths(spec: HandoffSpec, base: Path) -> HandoffSpec:
+def _absolute_paths(spec: HandoffSpec, path: Path, root: Path) -> HandoffSpec:
+    if root == Path(root.anchor):
+        raise SpecError(
+            f"{path}: the spec lies in no repository but the filesystem root's, so nothing "
+            "would confine the files it names: move it into a repository or a directory "
+            "of its own"
+        )
+
+    def confined(field: str, named: Path) -> Path:
+        try:
+            resolved = (path.parent / named).resolve()
+        except (OSError, RuntimeError, ValueError) as exc:  # a loop, a NUL, a name too long
+            raise SpecError(f"{path}: {field}: {str(named)!r} cannot be resolved ({exc})") from None
+        if not resolved.is_relative_to(root):
+            raise SpecError(
+                f"{path}: {field}: {str(named)!r} resolves (symlinks followed) to {resolved}, "
+                f"outside {root}, the repository holding the spec; a spec names only files "
+                "in its own repository (absolute, or relative to the spec as in "
+                "../golden/NAME.json): move the file there"
+            )
+        return resolved
+
     candidate = spec.candidate.model_copy(
-        update={"manifest": (base / spec.candidate.manifest).resolve()}
+        update={"manifest": confined("candidate.manifest", spec.candidate.manifest)}
     )
     gates = spec.gates
     if gates.parity is not None:
-        parity = gates.parity.model_copy(update={"golden": (base / gates.parity.golden).resolve()})
-        gates = gates.model_copy(update={"parity": parity})
+        golden = confined("gates.parity.golden", gates.parity.golden)
+        gates = gates.model_copy(
+            update={"parity": gates.parity.model_copy(update={"golden": golden})}
+        )
     if gates.task is not None:
-        golden = gates.task.golden
+        scores = gates.task.golden
         task = gates.task.model_copy(
             update={
-                "suite": (base / gates.task.suite).resolve(),
-                "golden": None if golden is None else (base / golden).resolve(),
+                "suite": confined("gates.task.suite", gates.task.suite),
+                "golden": None if scores is None else confined("gates.task.golden", scores),
             }
         )
         gates = gates.model_copy(update={"task": task})

@@ -1,4 +1,5 @@
-"""Which spec files a handoff may read: only those under the repository's specs directory.
+"""Which spec files a handoff may read: only those under the repository's specs directory;
+and which files a spec may name: only those in the repository holding it.
 
 A merge's event names its spec file, and anyone who can post an event to Prefect could
 name any file; so a run started by an event or a deployment reads a spec only when the
@@ -16,6 +17,9 @@ from flows.errors import PermanentError
 SPECS_DIR_ENV = "HANDOFF_SPECS_DIR"
 DEFAULT_SPECS_DIR = Path("manifests/handoffs")  # relative to the repository root (the cwd)
 SUFFIXES = (".yaml", ".yml")
+# What marks a repository's root: a git work tree, or the project (the flow's image copies
+# the repository without its .git, pyproject.toml included).
+REPOSITORY_MARKERS = (".git", "pyproject.toml")
 
 
 class SpecRefused(PermanentError):
@@ -56,3 +60,15 @@ def confine(spec_file: str, specs: Path) -> Path:
     if not resolved.is_file():
         raise refuse(f"{resolved} is not a file")
     return resolved
+
+
+def spec_root(spec_file: Path) -> Path:
+    """The directory every file a spec names must lie in: the repository holding the spec,
+    the nearest directory above it (symlinks followed) with a .git or a pyproject.toml (a
+    deployment's clone, the flow image's project directory); else, a spec in no repository,
+    the spec's own directory."""
+    folder = spec_file.resolve().parent
+    for candidate in (folder, *folder.parents):
+        if any((candidate / marker).exists() for marker in REPOSITORY_MARKERS):
+            return candidate
+    return folder

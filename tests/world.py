@@ -5,7 +5,9 @@ tests/conftest.py, so every directory shares one world."""
 
 from __future__ import annotations
 
+import copy
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -124,18 +126,39 @@ def _merge(base: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
 
 
 def spec_in(namespace: str, name: str, out_dir: Path, **changes: Any) -> Path:
-    """The seed spec `name`, moved into `namespace`, with changes merged in."""
+    """The seed spec `name`, moved into `namespace`, with changes merged in. The files it
+    names from this repository are copied beside it: a spec names only files in its own
+    tree (here out_dir, in no repository)."""
     raw = yaml.safe_load((SPECS / f"{name}.yaml").read_text())
     raw["namespace"] = namespace
-    raw["candidate"]["manifest"] = str((SPECS / raw["candidate"]["manifest"]).resolve())
-    if raw["gates"].get("parity"):
-        raw["gates"]["parity"]["golden"] = str((SPECS / raw["gates"]["parity"]["golden"]).resolve())
-    for key in ("suite", "golden"):
-        if (raw["gates"].get("task") or {}).get(key):
-            raw["gates"]["task"][key] = str((SPECS / raw["gates"]["task"][key]).resolve())
+    for node, key in _named_files(raw):
+        node[key] = str((SPECS / node[key]).resolve())
+    raw = _merge(raw, copy.deepcopy(changes))
+    for node, key in _named_files(raw):
+        node[key] = _beside(out_dir, Path(node[key]))
     path = out_dir / f"{name}-{namespace}.yaml"
-    path.write_text(yaml.safe_dump(_merge(raw, changes)))
+    path.write_text(yaml.safe_dump(raw))
     return path
+
+
+def _named_files(raw: dict[str, Any]) -> list[tuple[dict[str, Any], str]]:
+    """(the mapping, its key) of each file a spec names."""
+    gates = raw["gates"]
+    named = [(raw["candidate"], "manifest")]
+    named += [(gates["parity"], "golden")] if gates.get("parity") else []
+    task = gates.get("task") or {}
+    return named + [(task, key) for key in ("suite", "golden") if task.get(key)]
+
+
+def _beside(out_dir: Path, file: Path) -> str:
+    """A file of this repository copied under out_dir (at its repository path); any other
+    file as named."""
+    if not file.is_absolute() or not file.is_relative_to(ROOT):
+        return str(file)
+    copy = out_dir / "repository" / file.relative_to(ROOT)
+    copy.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(file, copy)
+    return str(copy)
 
 
 def load_spec_as_run(spec_file: Path, env: dict[str, str]) -> HandoffSpec:

@@ -60,7 +60,7 @@ def index_specs(specs_dir: Path, repo_root: Path) -> SpecIndex:
     for found in sorted([*specs_dir.glob("*.yaml"), *specs_dir.glob("*.yml")]):
         try:  # a symlink out of the specs directory is never read, as the flow would not
             path = confine(str(found.absolute()), specs_dir)
-            spec = load_spec(path)
+            spec = load_spec(path, root=root)
         except (SpecError, SpecRefused) as exc:
             errors.append(str(exc))
             continue

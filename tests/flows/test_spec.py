@@ -77,16 +77,16 @@ def test_malformed_specs(tmp_path: Path, text: str, message: str) -> None:
 
 
 def test_unset_variable_without_default(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("NO_SUCH_VAR", raising=False)
+    monkeypatch.delenv("HANDOFF_SPEC_NO_SUCH_VAR", raising=False)
     text = (
         (SPECS / "clef-candle.yaml")
         .read_text()
         .replace(
             "${CANDLE_VLLM_SOURCE:-https://forgejo.riotpiao.com/riotpiao-poimen/candle-vllm.git}",
-            "${NO_SUCH_VAR}",
+            "${HANDOFF_SPEC_NO_SUCH_VAR}",
         )
     )
-    with pytest.raises(SpecError, match=r"\$\{NO_SUCH_VAR\} is not set"):
+    with pytest.raises(SpecError, match=r"\$\{HANDOFF_SPEC_NO_SUCH_VAR\} is not set"):
         load_spec(_write(tmp_path, text))
 
 
