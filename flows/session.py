@@ -27,7 +27,7 @@ from flows.plan import make_plan
 from flows.report.markdown import plan_markdown, record_markdown
 from flows.report.notify import load_notifier
 from flows.report.pictures import publish_timeline
-from flows.report.record import HandoffRecord, Trigger, record
+from flows.report.record import HandoffRecord, Trigger, record, recover
 from flows.report.timeline import ReadyEndpoints, Timeline
 from flows.run import HandoffRun
 from flows.slots import service_slot
@@ -73,6 +73,14 @@ def begin(
         with ServiceLease(kube, spec.namespace, spec.service, holder, wait_for=wait_for) as lease:
             # Every write of the run passes the Lease's fence: a lost Lease stops it.
             fenced = dataclasses.replace(kube, fence=lease.check)
+            recovered = recover(fenced, spec)  # the last run's record, if it was lost
+            if recovered is not None:
+                log.warning(
+                    "recorded handoff %s (%s) from its ledger: its run ended before its "
+                    "history entry was written",
+                    recovered.handoff_id,
+                    recovered.outcome,
+                )
             # Outside an event loop, as here, Prefect's create returns the id, not a coroutine
             progress = cast(
                 uuid.UUID,

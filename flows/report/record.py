@@ -14,7 +14,14 @@ from pydantic import BaseModel, Field
 
 from flows.kube import read, write
 from flows.kube.client import Kube
-from flows.ledger import HISTORY_ANNOTATION, Ledger, appended_history, history_entries
+from flows.ledger import (
+    HISTORY_ANNOTATION,
+    TERMINAL,
+    Ledger,
+    appended_history,
+    history_entries,
+    parse_ledger,
+)
 from flows.report.timeline import StepSpan
 from flows.spec import HandoffSpec
 
@@ -101,6 +108,41 @@ def record(kube: Kube, spec: HandoffSpec, entry: HandoffRecord, ledger: Ledger |
         message=message,
         warning=entry.outcome != "done",
     )
+
+
+def recover(kube: Kube, spec: HandoffSpec) -> HandoffRecord | None:
+    """The record of a finished handoff whose run ended between its ledger's last write
+    and its history entry (killed, or the apiserver lost), rebuilt from the ledger and
+    appended, so no audit record is lost; None when nothing is missing."""
+    service = read.read_service(kube, spec.namespace, spec.service)
+    ledger = parse_ledger(service.annotations)
+    if ledger is None or ledger.phase not in TERMINAL:
+        return None
+    where = f"Service {spec.namespace}/{spec.service}"
+    if any(
+        e.get("handoff_id") == ledger.handoff_id
+        for e in history_entries(service.annotations, where=where)
+    ):
+        return None
+    entry = HandoffRecord(
+        handoff_id=ledger.handoff_id,
+        spec=ledger.spec,
+        namespace=spec.namespace,
+        service=spec.service,
+        strategy=ledger.strategy,
+        outcome=str(ledger.phase),
+        cause=ledger.cause,
+        image=ledger.image,
+        revision=ledger.revision,
+        approver=", ".join(a.approver for a in ledger.approvals) or None,
+        approvals=[a.model_dump() for a in ledger.approvals],
+        evidence_sha256=ledger.evidence_sha256,
+        endpoints_note="recovered from the ledger: its run ended before writing this record",
+        started_at=ledger.started_at,
+        finished_at=ledger.updated_at,
+    )
+    record(kube, spec, entry, ledger)
+    return entry
 
 
 def announce(kube: Kube, spec: HandoffSpec, *, reason: str, message: str, warning: bool) -> None:
