@@ -4,6 +4,11 @@ A bounded closed loop of streamed completions or chat turns against one loopback
 address (the sandbox's service proxy), each request timed and its outcome kept, so a test
 or the demo can count failures and measure how long the Service was unavailable. Clients
 of a Service that moves to candle-vllm speak chat: it has no /v1/completions.
+
+Each request is sent once, like a client without retries: a refused connection, a
+connection closed before any response and a broken stream are all failures, recorded
+with their cause. Nothing is re-sent, so nothing a data plane or a server gets wrong is
+hidden by the client.
 """
 
 from __future__ import annotations
@@ -24,7 +29,6 @@ class Outcome:
     detail: str
 
 
-_UNANSWERED = (False, "no response: the connection closed before any byte")
 _PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
 
 
@@ -40,7 +44,7 @@ class ClientLoad:
     max_requests: int = 20000  # the loop is bounded in count as well as in time
     max_seconds: float = 900.0
     outcomes: list[Outcome] = field(default_factory=list)
-    retried: int = 0  # requests sent again because no response had started
+    retried: int = 0  # always 0: each request is sent once (a failure is a failure)
     _stop: threading.Event = field(default_factory=threading.Event)
     _threads: list[threading.Thread] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -79,32 +83,24 @@ class ClientLoad:
                 self._record(*self._one(client, body))
 
     def _one(self, client: httpx.Client, body: dict[str, object]) -> tuple[float, bool, str]:
-        """One request; like the OpenAI SDK, a request the server never answered (its
-        kept-alive connection closed under it) is sent once more, and counted."""
+        """One request, sent once: its start and outcome."""
         started = time.monotonic()
-        for attempt in (1, 2):
-            outcome = self._attempt(client, body)
-            if outcome != _UNANSWERED or attempt == 2:
-                return started, *outcome
-            with self._lock:
-                self.retried += 1
-        raise AssertionError("unreachable")
-
-    def _attempt(self, client: httpx.Client, body: dict[str, object]) -> tuple[bool, str]:
         try:
             with client.stream("POST", self.url + _PATHS[self.api], json=body) as response:
                 text = "".join(response.iter_text())
             if response.status_code != 200:
-                return False, f"HTTP {response.status_code}: {text[:120]}"
+                return started, False, f"HTTP {response.status_code}: {text[:120]}"
             if "data: [DONE]" not in text:
-                return False, "stream ended without [DONE]"
-            return True, ""
-        except (httpx.RemoteProtocolError, httpx.ConnectError) as exc:
-            if "without sending a response" in str(exc) or isinstance(exc, httpx.ConnectError):
-                return _UNANSWERED
-            return False, f"{type(exc).__name__}: {exc}"
+                return started, False, "stream ended without [DONE]"
+            return started, True, ""
+        except httpx.ConnectError as exc:
+            return started, False, f"connect failed: {type(exc).__name__}: {exc}"
+        except httpx.RemoteProtocolError as exc:
+            if "without sending a response" in str(exc):
+                return started, False, f"no response: the connection closed before any byte ({exc})"
+            return started, False, f"{type(exc).__name__}: {exc}"
         except httpx.HTTPError as exc:
-            return False, f"{type(exc).__name__}: {exc}"
+            return started, False, f"{type(exc).__name__}: {exc}"
 
     def _record(self, started: float, ok: bool, detail: str) -> None:
         with self._lock:

@@ -1,9 +1,10 @@
 """`run_dir/proxy.json`: where the service proxy listens for each Service port.
 
 The proxy rewrites the file atomically after every change; readers (`handoff sandbox
-status`, tests) see a complete list or the previous one. `backends` is the proxy's
-current view of the ready endpoints (pod IP:port, bookkeeping only), so a caller can
-wait until a selector change has reached the proxy before it opens new connections.
+status`, tests) see a complete list or the previous one. `backends` is what the proxy
+last applied (after its sync delay): the endpoints new connections go to (pod IP:port,
+bookkeeping only), so a caller can wait until a selector change has reached the proxy
+before it opens new connections.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ class ProxyAddress(BaseModel):
     port: int  # the Service port
     name: str = ""  # the Service port's name
     address: str  # 127.0.0.1:N
-    backends: list[str] = []  # ready endpoints, podIP:targetPort
+    backends: list[str] = []  # applied endpoints, podIP:targetPort
 
     def matches(self, namespace: str, service: str, port: int | str) -> bool:
         wanted = self.port == port if isinstance(port, int) else self.name == port

@@ -2,16 +2,19 @@
 
 kube-proxy routes by EndpointSlices, not Endpoints: a Service port matches the slice
 ports of the same name (both unnamed for a single-port Service); the endpoint port is
-the resolved targetPort. Only ready endpoints count (`ready` unset means ready), each
-by its first address, every slice of the Service together, duplicates once. Pod IPs
-are bookkeeping: `PodPorts` turns (pod IP, port) into the 127.0.0.1 port the kubelet
-recorded in `pod-ports.json`, the only address ever dialled.
+the resolved targetPort. Ready endpoints count (`ready` unset means ready), each by its
+first address, every slice of the Service together, duplicates once; only when none is
+ready do the endpoints that are terminating but still serving count instead (kube-proxy's
+ProxyTerminatingEndpoints: `serving` unset means as `ready`, `terminating` unset means
+not). Pod IPs are bookkeeping: `PodPorts` turns (pod IP, port) into the 127.0.0.1 port
+the kubelet recorded in `pod-ports.json`, the only address ever dialled.
 """
 
 from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +52,30 @@ def service_ports(service: dict[str, Any]) -> list[ServicePort]:
 
 def ready_backends(slices: list[dict[str, Any]], port_name: str) -> list[Backend]:
     """Ready (address, port) pairs of the slice ports named like the Service port."""
+    return _backends(slices, port_name, _is_ready)
+
+
+def routable_backends(slices: list[dict[str, Any]], port_name: str) -> list[Backend]:
+    """Where kube-proxy sends new connections: the ready endpoints, or, only when there
+    is none, the terminating endpoints that still serve."""
+    return ready_backends(slices, port_name) or _backends(
+        slices, port_name, _is_serving_terminating
+    )
+
+
+def _is_ready(conditions: dict[str, Any]) -> bool:
+    return conditions.get("ready") is not False
+
+
+def _is_serving_terminating(conditions: dict[str, Any]) -> bool:
+    serving = conditions.get("serving")
+    serving = _is_ready(conditions) if serving is None else serving
+    return bool(serving) and conditions.get("terminating") is True
+
+
+def _backends(
+    slices: list[dict[str, Any]], port_name: str, wanted: Callable[[dict[str, Any]], bool]
+) -> list[Backend]:
     backends: dict[Backend, None] = {}
     for endpoint_slice in slices:
         ports = [
@@ -60,7 +87,7 @@ def ready_backends(slices: list[dict[str, Any]], port_name: str) -> list[Backend
         ]
         for endpoint in endpoint_slice.get("endpoints") or []:
             addresses = endpoint.get("addresses") or []
-            if not addresses or (endpoint.get("conditions") or {}).get("ready") is False:
+            if not addresses or not wanted(endpoint.get("conditions") or {}):
                 continue
             backends.update((Backend(ip=addresses[0], port=port), None) for port in ports)
     return list(backends)

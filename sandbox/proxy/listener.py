@@ -1,10 +1,17 @@
-"""One Service port's listener on 127.0.0.1: each new connection goes to the next ready
-endpoint, round robin, through the 127.0.0.1 port the kubelet recorded for it.
+"""One Service port's listener on 127.0.0.1, reaching endpoints through the 127.0.0.1 port
+the kubelet recorded for each.
 
-EndpointSlice changes replace the backend list at once; connections already spliced keep
-their backend (nothing is cut). An endpoint that cannot be reached is skipped for the
-next one; with none left the client connection is reset, as a kernel answering for a
-Service without endpoints would refuse it.
+The default is kube-proxy's iptables (and IPVS, nftables) behaviour: each new connection
+is sent to ONE endpoint chosen at random among those the proxy last applied; if that
+endpoint refuses, or has no local port (a pod whose process is gone), the client
+connection is reset: the refusal is the client's, nothing tries another endpoint. The
+forgiving behaviour of kube-proxy's userspace mode (removed in Kubernetes 1.26), which
+tried the next endpoint round robin until one accepted, is `retry_next_endpoint=True`.
+
+Replacing `backends` changes where new connections go; connections already spliced keep
+their backend until one side closes (as conntrack keeps them). With no endpoint the
+client connection is reset, as a kernel answering for a Service without endpoints would
+refuse it.
 """
 
 from __future__ import annotations
@@ -12,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import random
 import socket
 import struct
 
@@ -22,10 +30,21 @@ _READ_BYTES = 64 * 1024
 
 
 class ServiceListener:
-    def __init__(self, namespace: str, service: str, port: ServicePort, pod_ports: PodPorts):
+    def __init__(
+        self,
+        namespace: str,
+        service: str,
+        port: ServicePort,
+        pod_ports: PodPorts,
+        *,
+        retry_next_endpoint: bool = False,
+        rng: random.Random | None = None,
+    ):
         self.namespace, self.service, self.port = namespace, service, port
         self.backends: list[Backend] = []
+        self.retry_next_endpoint = retry_next_endpoint
         self._pod_ports = pod_ports
+        self._rng = rng or random.Random()
         self._next = 0
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
@@ -70,17 +89,26 @@ class ServiceListener:
         candidates = list(self.backends)
         if not candidates:
             return None
+        if not self.retry_next_endpoint:  # iptables: one endpoint, its answer is final
+            return await self._connect(self._rng.choice(candidates))
         start, self._next = self._next % len(candidates), self._next + 1
         for backend in candidates[start:] + candidates[:start]:
-            local = self._pod_ports.local_port(backend)
-            if local is None:
-                log.warning("%s: no local port recorded for endpoint %s", self._label, backend)
-                continue
-            try:
-                return await asyncio.open_connection("127.0.0.1", local)
-            except OSError as exc:
-                log.warning("%s: endpoint %s (127.0.0.1:%d): %s", self._label, backend, local, exc)
+            if (upstream := await self._connect(backend)) is not None:
+                return upstream
         return None
+
+    async def _connect(
+        self, backend: Backend
+    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter] | None:
+        local = self._pod_ports.local_port(backend)
+        if local is None:
+            log.warning("%s: no local port recorded for endpoint %s", self._label, backend)
+            return None
+        try:
+            return await asyncio.open_connection("127.0.0.1", local)
+        except OSError as exc:
+            log.warning("%s: endpoint %s (127.0.0.1:%d): %s", self._label, backend, local, exc)
+            return None
 
     @property
     def _label(self) -> str:

@@ -1,11 +1,15 @@
-"""A Service port's listener sends each new connection to the next ready endpoint, round
-robin, through the kubelet's pod-ports.json (never the pod IP); skips endpoints it cannot
-reach; resets connections when no endpoint is left; and leaves a connection on its
-endpoint when the endpoint list changes under it."""
+"""A Service port's listener reaches endpoints through the kubelet's pod-ports.json (never
+the pod IP). By default, as kube-proxy's iptables mode: each new connection goes to one
+endpoint chosen at random, and a refusing endpoint (or one without a local port) resets
+the client's connection, so clients fail at about that endpoint's share. The userspace
+mode (`retry_next_endpoint`) goes round robin and skips endpoints it cannot reach. Both
+reset connections when no endpoint is left, and leave a connection on its endpoint when
+the endpoint list changes under it."""
 
 from __future__ import annotations
 
 import asyncio
+import random
 from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
@@ -53,16 +57,69 @@ async def _get(address: str, path: str = "/name.txt") -> str:
     return response.split(b"\r\n\r\n", 1)[1].decode()
 
 
-async def _listener(pod_ports: Path, *backends: Backend) -> ServiceListener:
-    listener = ServiceListener("ns", "svc", ServicePort(name="http", port=80), PodPorts(pod_ports))
+async def _try_get(address: str) -> str | None:
+    """The name served, or None when the connection was reset or closed without an answer."""
+    try:
+        return await _get(address)
+    except (ConnectionError, IndexError):
+        return None
+
+
+async def _listener(
+    pod_ports: Path, *backends: Backend, retry_next_endpoint: bool = False, seed: int = 7
+) -> ServiceListener:
+    listener = ServiceListener(
+        "ns",
+        "svc",
+        ServicePort(name="http", port=80),
+        PodPorts(pod_ports),
+        retry_next_endpoint=retry_next_endpoint,
+        rng=random.Random(seed),
+    )
     await listener.start()
     listener.backends = list(backends)
     return listener
 
 
-def test_round_robin_skips_unreachable_endpoints(pod_ports: Path) -> None:
+CONNECTIONS = 40
+
+
+@pytest.mark.parametrize("refusing", [GONE, UNKNOWN], ids=["port-closed", "no-local-port"])
+def test_a_refusing_endpoint_fails_its_share_of_new_connections(
+    pod_ports: Path, refusing: Backend
+) -> None:
+    async def scenario(retry_next_endpoint: bool) -> list[str | None]:
+        listener = await _listener(pod_ports, A, refusing, retry_next_endpoint=retry_next_endpoint)
+        try:
+            return [await _try_get(listener.address) for _ in range(CONNECTIONS)]
+        finally:
+            await listener.abort()
+
+    strict = asyncio.run(scenario(retry_next_endpoint=False))
+    failed = strict.count(None)
+    # Half the connections go to the refusing endpoint (binomial 40, 1/2: 20 +- 3.2);
+    # each of those is the client's failure, none is moved to the endpoint that serves.
+    assert 8 <= failed <= 32, strict
+    assert set(strict) == {"a", None}
+    # The userspace mode hid it: every connection ended at the endpoint that serves.
+    assert asyncio.run(scenario(retry_next_endpoint=True)) == ["a"] * CONNECTIONS
+
+
+def test_iptables_mode_spreads_connections_at_random(pod_ports: Path) -> None:
+    async def scenario() -> list[str | None]:
+        listener = await _listener(pod_ports, A, B)
+        try:
+            return [await _try_get(listener.address) for _ in range(CONNECTIONS)]
+        finally:
+            await listener.abort()
+
+    served = asyncio.run(scenario())
+    assert None not in served and 8 <= served.count("a") <= 32, served
+
+
+def test_userspace_mode_round_robin_skips_unreachable_endpoints(pod_ports: Path) -> None:
     async def scenario() -> list[str]:
-        listener = await _listener(pod_ports, A, GONE, B, UNKNOWN)
+        listener = await _listener(pod_ports, A, GONE, B, UNKNOWN, retry_next_endpoint=True)
         try:
             return [await _get(listener.address) for _ in range(4)]
         finally:
@@ -101,7 +158,9 @@ def test_open_connection_keeps_its_endpoint(tmp_path: Path) -> None:
         try:
             reader, writer = await asyncio.open_connection(host, int(port))
             await asyncio.wait_for(accepted.wait(), 10)
-            listener.backends = []  # new connections now find no endpoint ...
+            listener.backends = [GONE]  # new connections now go where none can connect ...
+            assert await _try_get(listener.address) is None
+            listener.backends = []  # ... then find no endpoint ...
             with pytest.raises(ConnectionResetError):
                 await _get(listener.address)
             writer.write(b"still here\n")  # ... while this one stays with its endpoint

@@ -5,7 +5,9 @@ EndpointSlices, while a stream already open to the old pod keeps flowing to its 
 Service without ready endpoints resets connections; a deleted Service's listener goes.
 Like kube-proxy, it routes by EndpointSlices, not Endpoints: a Service without a
 selector whose only route is an EndpointSlice written by another controller (a mesh,
-say) reaches the pod that slice names."""
+say) reaches the pod that slice names. Like kube-proxy's iptables mode, a slice that
+names an endpoint nobody can connect to fails about that endpoint's share of new client
+connections: nothing retries them on the endpoint that serves."""
 
 from __future__ import annotations
 
@@ -177,3 +179,40 @@ def test_routes_follow_endpoint_slices_not_endpoints(
     assert absent.value.status == 404  # nothing routes this Service but the slice
     address = _wait_listener(sandbox.run_dir, namespace, "sliced", [f"{ips['a']}:8080"])
     assert _served_model(address) == "a"
+
+
+CONNECTIONS = 40
+
+
+def test_an_unreachable_endpoint_fails_its_share_of_connections(
+    sandbox: SandboxState, kube_api: client.ApiClient, pods: tuple[str, dict[str, str]]
+) -> None:
+    namespace, ips = pods
+    core = client.CoreV1Api(kube_api)
+    ports = [{"name": "http", "protocol": "TCP", "port": 80, "targetPort": 8080}]
+    core.create_namespaced_service(
+        namespace, {"metadata": {"name": "halfdead"}, "spec": {"ports": ports}}
+    )
+    dead = "10.244.254.254"  # listed ready, but no pod of that IP runs: nothing to dial
+    create_slice(
+        kube_api,
+        namespace,
+        name="halfdead-mesh",
+        service="halfdead",
+        endpoints=[
+            {"addresses": [ips["a"]], "conditions": {"ready": True}},
+            {"addresses": [dead], "conditions": {"ready": True}},
+        ],
+        port_names=("http",),
+    )
+    address = _wait_listener(
+        sandbox.run_dir, namespace, "halfdead", [f"{ips['a']}:8080", f"{dead}:8080"]
+    )
+    served: list[str | None] = []
+    for _ in range(CONNECTIONS):  # a new connection each time: each picks an endpoint
+        try:
+            served.append(_served_model(address))
+        except httpx.TransportError:
+            served.append(None)
+    # Binomial(40, 1/2): 20 +- 3.2 of them reach the dead endpoint and fail.
+    assert 8 <= served.count(None) <= 32 and set(served) == {"a", None}, served
