@@ -1,0 +1,180 @@
+"""Every write is decided from a read, and a person's edit made meanwhile is never
+overwritten nor built upon: `kubectl set image` on a gated candidate stops the handoff
+before the swap (the pods keep the gated revision label, but not the gated template); a
+selector a person sets during the swap's wait for a Ready pod is left as it is; a killed
+run whose candidate manifest has changed since it was gated refuses to resume."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import yaml
+from kubernetes import client
+
+from flows.kube.client import Kube
+from flows.ledger import REVISION_LABEL, parse_ledger
+from sandbox.state import SandboxState
+from tests.handoff.pauses import PausingRun
+from tests.handoff.test_swap_ready import _stopped
+from tests.world import (
+    LEASE_S,
+    await_phase,
+    handoff_cli,
+    handoff_process,
+    run_handoff,
+    service,
+    spec_in,
+)
+
+FAST = {"parity": None, "latency": None}
+SERVICE = "clef-serve"
+
+
+def _phase(kube: Kube, namespace: str) -> str | None:
+    ledger = parse_ledger(service(kube, namespace, SERVICE).metadata.annotations or {})
+    return ledger.phase if ledger else None
+
+
+def test_a_candidate_whose_image_a_person_changed_after_its_gates_is_not_swapped_to(
+    kube: Kube, seeded: str, handoff_env: dict[str, str], tmp_path: Path
+) -> None:
+    spec_file = spec_in(seeded, "clef-candle", tmp_path, gates=FAST)
+    before = service(kube, seeded, SERVICE).spec.selector
+    run = PausingRun.start(spec_file, handoff_env)
+    try:
+        key = run.wait_paused()  # the gates passed; the approval waits
+        gated = kube.apps.read_namespaced_deployment("clef-candle", seeded)
+        container = gated.spec.template.spec.containers[0]
+        edited = container.image.split("@")[0] + ":sm70-nofix"  # `kubectl set image`
+        kube.apps.patch_namespaced_deployment(
+            "clef-candle",
+            seeded,
+            {"spec": {"template": {"spec": {"containers": [
+                {"name": container.name, "image": edited}
+            ]}}}},
+        )  # fmt: skip
+        run.answer(handoff_env, "alice", "looks good")
+        code = run.finish_without_pausing(other_than=key)
+    finally:
+        if run.process.poll() is None:
+            run.process.kill()
+    assert code != 0, run.output[-3000:]
+    svc = service(kube, seeded, SERVICE)
+    assert svc.spec.selector == before, "the Service was moved to the edited candidate"
+    ledger = parse_ledger(svc.metadata.annotations)
+    assert ledger is not None and ledger.phase == "rolled-back", run.output[-3000:]
+    assert ledger.cause and "spec.template" in ledger.cause, ledger.cause
+    kept = kube.apps.read_namespaced_deployment("clef-candle", seeded)
+    assert kept.spec.template.spec.containers[0].image == edited, "the person's edit was undone"
+
+
+def test_a_selector_a_person_sets_during_the_swaps_wait_is_not_overwritten(
+    sandbox: SandboxState, kube: Kube, seeded: str, handoff_env: dict[str, str], tmp_path: Path
+) -> None:
+    spec_file = spec_in(seeded, "clef-candle", tmp_path, gates=FAST)
+    live = kube.core.list_namespaced_pod(seeded, label_selector="app=clef-serve").items[0]
+    chosen = {"app": "clef-serve", "pod-template-hash": live.metadata.labels["pod-template-hash"]}
+    run = PausingRun.start(spec_file, handoff_env)
+    try:
+        key = run.wait_paused()
+        with _stopped(kube, sandbox, seeded):  # the swap waits for a Ready candidate pod
+            run.answer(handoff_env, "alice", "looks good")
+            deadline = time.monotonic() + 120
+            while _phase(kube, seeded) != "approved":
+                assert run.process.poll() is None, run.output[-3000:]
+                assert time.monotonic() < deadline, "the run never recorded the approval"
+                time.sleep(0.1)
+            time.sleep(2)  # past the swap step's first drift check: it is waiting now
+            kube.core.patch_namespaced_service(SERVICE, seeded, {"spec": {"selector": chosen}})
+        code = run.finish_without_pausing(other_than=key)
+    finally:
+        if run.process.poll() is None:
+            run.process.kill()
+    assert code != 0, run.output[-3000:]
+    svc = service(kube, seeded, SERVICE)
+    assert svc.spec.selector == chosen, "the person's selector was overwritten"
+    ledger = parse_ledger(svc.metadata.annotations)
+    assert ledger is not None and ledger.phase == "rolled-back", run.output[-3000:]
+    assert ledger.edited == [f"Service {SERVICE}"], ledger
+
+
+def test_a_killed_run_whose_manifest_changed_since_its_gates_refuses_to_resume(
+    kube: Kube, seeded: str, handoff_env: dict[str, str], tmp_path: Path
+) -> None:
+    spec_file = spec_in(seeded, "clef-candle", tmp_path, gates=FAST)
+    with handoff_process(spec_file, handoff_env) as process:  # pauses for its approval
+        await_phase(kube, seeded, SERVICE, "gated", process)
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+    stopped = service(kube, seeded, SERVICE)
+    candidate = kube.apps.read_namespaced_deployment("clef-candle", seeded)
+    manifest_file = Path(yaml.safe_load(spec_file.read_text())["candidate"]["manifest"])
+    documents = list(yaml.safe_load_all(manifest_file.read_text()))
+    for doc in documents:
+        if doc and doc.get("kind") == "Deployment":
+            container = doc["spec"]["template"]["spec"]["containers"][0]
+            container.setdefault("env", []).append({"name": "CHANGED", "value": "after-gates"})
+    manifest_file.write_text(yaml.safe_dump_all(documents))
+    time.sleep(float(LEASE_S) + 2)  # the killed run's Lease lapses
+    result = run_handoff(spec_file, handoff_env, "--auto-approve", timeout_s=240)
+    output = result.stdout[-3000:] + result.stderr[-3000:]
+    assert result.returncode != 0, output
+    assert "ungated template" in " ".join(output.split()), output
+    after = service(kube, seeded, SERVICE)
+    assert after.metadata.annotations == stopped.metadata.annotations, "the ledger was written"
+    assert after.spec.selector == stopped.spec.selector
+    assert REVISION_LABEL not in after.spec.selector
+    now = kube.apps.read_namespaced_deployment("clef-candle", seeded)
+    assert now.metadata.resource_version == candidate.metadata.resource_version
+
+
+def _recreate(kube: Kube, namespace: str, saved: client.V1Deployment) -> None:
+    """The Deployment created again from a copy read before it was deleted."""
+    body = kube.api.sanitize_for_serialization(saved)
+    meta = body["metadata"]
+    body["metadata"] = {
+        k: v for k, v in meta.items() if k in ("name", "namespace", "labels", "annotations")
+    }
+    body.pop("status", None)
+    kube.apps.create_namespaced_deployment(namespace, body)
+
+
+def test_a_rollback_whose_live_workload_cannot_serve_keeps_the_service_on_the_candidate(
+    kube: Kube, seeded: str, handoff_env: dict[str, str], tmp_path: Path
+) -> None:
+    """The live Deployment is deleted once the Service has moved: the rollback finds
+    nothing Ready to move back to, so the Service stays on the candidate that serves,
+    and the handoff stays rolling-back until a person brings the live workload back and
+    runs `handoff rollback`, which then finishes."""
+    spec_file = spec_in(seeded, "clef-candle", tmp_path, gates=FAST)
+    live = kube.apps.read_namespaced_deployment(SERVICE, seeded)
+    with handoff_process(spec_file, handoff_env, "--auto-approve") as process:
+        await_phase(kube, seeded, SERVICE, "swapped", process)
+        kube.apps.delete_namespaced_deployment(SERVICE, seeded)
+        output, _ = process.communicate(timeout=300)
+    assert process.returncode != 0, output[-3000:]
+    assert "not moved back" in " ".join(output.split()), output[-3000:]
+    svc = service(kube, seeded, SERVICE)
+    ledger = parse_ledger(svc.metadata.annotations)
+    assert ledger is not None and ledger.phase == "rolling-back", output[-3000:]
+    assert svc.spec.selector.get(REVISION_LABEL) == ledger.revision, svc.spec.selector
+    endpoints = kube.core.read_namespaced_endpoints(SERVICE, seeded)
+    assert any(s.addresses for s in endpoints.subsets or []), "the Service was left empty"
+    _recreate(kube, seeded, live)
+    time.sleep(float(LEASE_S) + 2)  # the run's Lease lapses
+    result = subprocess.run(
+        handoff_cli("rollback", str(spec_file), "--reason", "live workload is back"),
+        env=handoff_env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    svc = service(kube, seeded, SERVICE)
+    ledger = parse_ledger(svc.metadata.annotations)
+    assert ledger is not None and ledger.phase == "rolled-back", result.stdout[-3000:]
+    assert svc.spec.selector == {"app": SERVICE}, svc.spec.selector
