@@ -22,6 +22,14 @@ os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 SPARE_NODE = "worker-2"
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """The fault matrix's rotating subset is chosen once for the run, before pytest-xdist
+    starts its workers, which inherit it (tests/faults/rotation.py)."""
+    from tests.faults.rotation import pin
+
+    pin()
+
+
 @pytest.fixture(autouse=True)
 def _no_prefect_websocket_during_hypothesis(request: pytest.FixtureRequest) -> None:
     """A flow run in this process leaves Prefect's events client open on its own thread,

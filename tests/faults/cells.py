@@ -174,10 +174,3 @@ CELLS: list[Cell] = [
         cause="which is NotReady",
     ),
 ]
-
-# Run by default (a few minutes together): a person's edit during the long image wait
-# (the stale-plan case) and the Service deleted mid-handoff.
-DEFAULT = {
-    ("person scales live Deployment", "image wait"),
-    ("Service deleted", "gates"),
-}

@@ -102,6 +102,7 @@ class Result:
     requests: int
     failed_requests: int
     converge_s: float
+    resends: int | None = None  # re-sent requests, where the traffic client counts them
     # In place: the longest stretch clients saw only failures, and the most declared.
     unavailable_s: float | None = None
     declared_s: float | None = None
@@ -114,6 +115,7 @@ class Result:
             "rerun": self.rerun,
             "requests": self.requests,
             "failed_requests": self.failed_requests,
+            "resends": self.resends,
             "converge_s": round(self.converge_s, 1),
         }
         if self.declared_s is not None:
@@ -231,14 +233,44 @@ def _await_step(stage: Stage, cell: Cell, process: subprocess.Popen[str]) -> Non
         await_phase(stage.kube, stage.namespace, service, phase, process, timeout_s=420)
 
 
-def run_cell(stage: Stage, cell: Cell) -> Result:
-    """Run the cell; assert what every cell promises; return its figures."""
+@dataclass
+class Seen:
+    """What a cell has seen so far: the figures a failing cell's row still gives."""
+
+    load: ClientLoad | None = None
+    injected: float | None = None
+    outcome: str | None = None
+    rerun: str | None = None
+
+    def figures(self) -> dict[str, Any]:
+        load = self.load
+        return {
+            "outcome": self.outcome,
+            "rerun": self.rerun,
+            "requests": len(load.outcomes) if load else None,
+            "failed_requests": len(load.failed) if load else None,
+            "resends": resends(load) if load else None,
+            "converge_s": None,  # it did not converge (or was not checked to)
+        }
+
+
+def resends(load: ClientLoad) -> int | None:
+    """The traffic client's count of re-sent requests, where it keeps one."""
+    value = getattr(load, "retried", None)
+    return int(value) if value is not None else None
+
+
+def run_cell(stage: Stage, cell: Cell, seen: Seen | None = None) -> Result:
+    """Run the cell; assert what every cell promises; return its figures. `seen` is
+    filled as the cell goes, for the row of a cell that fails."""
     front = RegistryFront(stage.world.registry_host) if cell.registry_front else nullcontext()
     with front:
-        return _run_cell(stage, cell, front if isinstance(front, RegistryFront) else None)
+        return _run_cell(
+            stage, cell, front if isinstance(front, RegistryFront) else None, seen or Seen()
+        )
 
 
-def _run_cell(stage: Stage, cell: Cell, front: RegistryFront | None) -> Result:
+def _run_cell(stage: Stage, cell: Cell, front: RegistryFront | None, seen: Seen) -> Result:
     kube, ns, target = stage.kube, stage.namespace, cell.target
     if front is not None:  # the run (and the rerun) reach the registry through the front
         world = stage.world.model_copy(update={"registry_url": front.url})
@@ -254,6 +286,7 @@ def _run_cell(stage: Stage, cell: Cell, front: RegistryFront | None) -> Result:
         closing(connect(stage.sandbox.kubeconfig)) as monitor_kube,
         closing(ServiceMonitor(monitor_kube, ns, target.service).start()) as monitor,
     ):
+        seen.load = load
         if pausing:
             paused = PausingRun.start(spec_file, stage.env)
             process = paused.process
@@ -263,7 +296,7 @@ def _run_cell(stage: Stage, cell: Cell, front: RegistryFront | None) -> Result:
         try:
             if not pausing:
                 _await_step(stage, cell, process)
-            injected = time.monotonic()
+            injected = seen.injected = time.monotonic()
             kept = cell.inject(Scene(stage.sandbox, kube, ns, process, front))
             if cell.step == "image wait":
                 publish_tag(stage, spec_file)
@@ -274,14 +307,14 @@ def _run_cell(stage: Stage, cell: Cell, front: RegistryFront | None) -> Result:
             if process.poll() is None:
                 process.kill()
                 process.wait()
-        outcome = _outcome(kube, ns, cell, process.returncode)
+        outcome = seen.outcome = _outcome(kube, ns, cell, process.returncode)
         assert outcome in cell.outcomes, f"{cell.key}: ended {outcome}\n{output[-4000:]}"
         if cell.cause is not None:
-            seen = output + (_cause(kube, ns, target) or "")
-            assert cell.cause in seen, f"{cell.key}: no {cell.cause!r} in\n{output[-4000:]}"
+            said = output + (_cause(kube, ns, target) or "")
+            assert cell.cause in said, f"{cell.key}: no {cell.cause!r} in\n{output[-4000:]}"
         if kept is not None:  # before the rerun, which plans from the edit
             kept()
-        rerun = _rerun(stage, spec_file, cell, outcome)
+        rerun = seen.rerun = _rerun(stage, spec_file, cell, outcome)
         converge_s = time.monotonic() - injected
         time.sleep(1.0 if target.in_place else 0)  # clients see the Service served again
     windows = _declared_windows(cell, outages.records)
@@ -290,6 +323,7 @@ def _run_cell(stage: Stage, cell: Cell, front: RegistryFront | None) -> Result:
         outside = [o for o in load.failed if not _inside(o.ended, windows)]
         assert load.succeeded > 0 and outside == [], (cell.key, outside[:3], windows)
         assert load.outcomes[-1].ok, f"{cell.key}: clients are not served at the end"
+        assert not resends(load), f"{cell.key}: {resends(load)} requests were re-sent"
     _check_invariants(monitor, cell, windows)
     return Result(
         fault=cell.fault,
@@ -299,6 +333,7 @@ def _run_cell(stage: Stage, cell: Cell, front: RegistryFront | None) -> Result:
         requests=len(load.outcomes),
         failed_requests=len(load.failed),
         converge_s=converge_s,
+        resends=resends(load),
         unavailable_s=load.unavailable_s() if target.in_place else None,
         declared_s=max((o.bound_s for o in outages.records), default=None),
     )

@@ -4,6 +4,8 @@
 README's table is rendered from); without it each run writes a new file under
 ~/.cache/handoff/faults/ (one for all the workers of a pytest-xdist run).
 Rows are keyed by (fault, step): a run of some cells updates those and keeps the rest.
+Each row says where it came from (commit, date, load: tests/faults/freshness.py) and
+whether the cell passed; a failing cell writes a failing row, with its error's first line.
 Workers merge under a lock, so no row is lost when two cells end at once.
 """
 
@@ -32,7 +34,13 @@ def results_path() -> Path:
 
 
 def load(path: Path) -> list[dict[str, Any]]:
-    return list(json.loads(path.read_text())["cells"]) if path.exists() else []
+    """The rows, read under the lock the workers write under (never a half-written file)."""
+    if not path.exists():
+        return []
+    with path.open() as file:
+        fcntl.flock(file, fcntl.LOCK_SH)
+        text = file.read()
+    return list(json.loads(text)["cells"]) if text.strip() else []
 
 
 def merge(path: Path, row: dict[str, Any]) -> None:
