@@ -34,6 +34,7 @@ from flows.ledger_store import read_ledger, save_ledger
 from flows.render import candidate_name, compute_startup_allowance, is_twin
 from flows.report.record import announce
 from flows.spec import HandoffSpec
+from flows.swap import settle_data_plane
 
 RESTORE_S = 300.0  # the candidate's pods stopping
 RESTORE_MARGIN_S = 60.0  # beyond a restored workload's startup allowance
@@ -165,6 +166,7 @@ def _restore_selector_then_candidate(
         # Service is held on the restored pods alone (never two versions at once).
         pinned = _pinned_to_restored(kube, spec, ledger, problems)
         _move_selector(kube, spec, ledger, pinned or ledger.snapshot.selector)
+        settle_data_plane()  # the proxies leave the candidate before it stops
         _undo_candidate(kube, spec, ledger)
         if pinned:
             _wait_candidate_gone(kube, spec, ledger)
@@ -195,9 +197,21 @@ def _move_selector(kube: Kube, spec: HandoffSpec, ledger: Ledger, target: dict[s
     found nor wrote (SelectorEdited: a person's). RestoreNotReady when none is Ready in
     time: the Service stays on what serves and the ledger in rolling-back."""
     if read.read_endpoints(kube, spec.namespace, spec.service).ready_pods:
+        # Only pods of a restored workload that still exists count: a deleted Deployment's
+        # pods stay Ready for a moment before the garbage collector removes them.
+        live = [
+            w.name
+            for w in ledger.snapshot.workloads
+            if read.read_deployment(kube, spec.namespace, w.name) is not None
+        ]
 
         def decide(pods: list[PodSnapshot]) -> bool | None:
-            return True if any(p.ready and not p.terminating for p in pods) else None
+            serving = [
+                p
+                for p in pods
+                if p.ready and not p.terminating and any(owned_by_deployment(p, n) for n in live)
+            ]
+            return True if serving else None
 
         try:
             wait_pods(

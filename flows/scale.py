@@ -19,7 +19,13 @@ from flows.render import (
     render_candidate,
 )
 from flows.run import HandoffRun
-from flows.swap import live_only_selector, point_service, target_selector, verify_service
+from flows.swap import (
+    live_only_selector,
+    point_service,
+    settle_data_plane,
+    target_selector,
+    verify_service,
+)
 from flows.warm import wait_candidate_ready
 
 RETIRE_S = 180.0
@@ -45,6 +51,7 @@ def retire(run: HandoffRun, *, record: bool = True) -> None:
         _rewrite_live_and_remove_twin(run)
     elif not run.spec.replaces_live:
         verify_service(run, target_selector(run))
+        settle_data_plane()  # routes are verified in the API; the proxies follow
         for deployment in run.plan.current:
             write.scale_deployment(run.kube, run.spec.namespace, deployment.name, 0)
         for deployment in run.plan.current:
@@ -71,6 +78,7 @@ def _rewrite_live_and_remove_twin(run: HandoffRun) -> None:
     wait_rolled_out(run.kube, spec.namespace, spec.candidate.deployment, deadline_s=deadline)
     target = target_selector(run)
     point_service(run, live_only_selector(run, target), came_from=[target])  # off the twin
+    settle_data_plane()
     write.delete_deployment(run.kube, spec.namespace, run.candidate_name)
     _wait_none_owned(run, run.candidate_name, manifest["spec"]["selector"]["matchLabels"])
 

@@ -13,6 +13,9 @@ only verified.
 
 from __future__ import annotations
 
+import os
+import time
+
 from flows.errors import PermanentError
 from flows.kube import read, slices, write
 from flows.kube.client import Conflict
@@ -23,6 +26,19 @@ from flows.render import WORKLOAD_LABEL, service_selector
 from flows.run import HandoffRun
 
 ENDPOINTS_S = 60.0
+PROXY_SYNC_S = 2.0  # kube-proxy's --iptables-min-sync-period (1 s by default), and a margin
+
+
+def proxy_sync_s() -> float:
+    """How long to wait, once the API shows no EndpointSlice routing to a pod, before
+    that pod stops: each node's kube-proxy applies a change up to its min sync period
+    after seeing it, and no API shows when it has. HANDOFF_PROXY_SYNC_S overrides."""
+    return float(os.environ.get("HANDOFF_PROXY_SYNC_S", PROXY_SYNC_S))
+
+
+def settle_data_plane() -> None:
+    """Give every node's proxy the time to apply the routes just verified."""
+    time.sleep(proxy_sync_s())
 
 
 class SwapFailed(PermanentError):

@@ -22,6 +22,7 @@ def plan_markdown(plan: Plan) -> str:
     lines = [
         f"**Service** `{plan.namespace}/{plan.service.name}` selector `{plan.service.selector}` "
         f"ClusterIP `{plan.service.cluster_ip}`",
+        f"**Serving now:** {plan.serving.line()} ({plan.routing.route}: {plan.routing.reason})",
         "**Current:** "
         + ", ".join(
             f"`{d.name}` {d.ready_replicas}/{d.replicas} ready, {d.gpus_per_pod} GPU/pod"

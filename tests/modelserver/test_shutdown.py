@@ -4,6 +4,9 @@ token and [DONE], new requests (and /health) get 503 meanwhile, and the process 
 from __future__ import annotations
 
 import asyncio
+import io
+import json
+import socket
 from pathlib import Path
 
 import httpx
@@ -64,3 +67,53 @@ def test_sigterm_lets_sixteen_open_streams_finish(tmp_path: Path) -> None:
     assert refused == [503, 503]
     assert all(r.done and r.token_events == TOKENS and r.finish_reason == "length" for r in results)
     assert sorted(r.n_out for r in read_ground_truth(truth) if r.stream) == [TOKENS] * STREAMS
+
+
+def _post(sock: socket.socket, port: int, body: bytes) -> None:
+    sock.sendall(
+        b"POST /v1/completions HTTP/1.1\r\nhost: 127.0.0.1:%d\r\ncontent-type: application/json\r\n"
+        b"content-length: %d\r\n\r\n%s" % (port, len(body), body)
+    )
+
+
+def _response(reader: io.BufferedReader) -> tuple[int, dict[str, str], bytes]:
+    """One chunked or sized response off a kept-alive connection."""
+    status = int(reader.readline().split()[1])
+    headers: dict[str, str] = {}
+    while (line := reader.readline().strip()) != b"":
+        name, _, value = line.decode().partition(":")
+        headers[name.strip().lower()] = value.strip()
+    if "content-length" in headers:
+        return status, headers, reader.read(int(headers["content-length"]))
+    body = b""
+    while (size := int(reader.readline().strip(), 16)) != 0:
+        body += reader.read(size)
+        reader.readline()
+    reader.readline()
+    return status, headers, body
+
+
+def test_a_kept_alive_connection_open_at_sigterm_gets_its_next_answer_then_a_close(
+    tmp_path: Path,
+) -> None:
+    """A client that sends its next request on a connection the moment a response ends
+    (as closed-loop clients do) must never race the drain into a reset: that request is
+    answered as usual with `connection: close`, and only then does the connection end."""
+    config = ServerConfig(profile="cadence", port=0, cadence_ms=CADENCE_MS)
+    server = start(config)
+    port = int(server.base_url.rsplit(":", 1)[1])
+    body = json.dumps({**load_body(max_tokens=20), "stream": True}).encode()
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        reader = sock.makefile("rb")
+        _post(sock, port, body)
+        assert reader.readline().startswith(b"HTTP/1.1 200")  # streaming when the signal comes
+        server.proc.terminate()
+        while reader.readline().strip() != b"0":  # the stream runs to its end
+            pass
+        reader.readline()
+        _post(sock, port, body)  # at once, on the same connection
+        status, headers, answer = _response(reader)
+        assert status == 200 and b"data: [DONE]" in answer, (status, answer[-200:])
+        assert headers.get("connection") == "close", headers
+        assert sock.recv(1) == b"", "the connection stayed open after its last answer"
+    assert server.proc.wait(30) == 0

@@ -30,12 +30,14 @@ class Lifecycle:
             return "draining"
         return "ready" if time.monotonic_ns() >= self.ready_at_ns else "starting"
 
-    def check_serving(self) -> None:
+    def check_serving(self, *, last: bool = False) -> None:
+        """Raise 503 unless serving; `last`: the request ends a connection open before a
+        drain began, and is answered as usual."""
         status = self.status
         if status == "starting":
             wait_s = (self.ready_at_ns - time.monotonic_ns()) / 1e9
             raise ApiError(503, f"model is still loading (about {wait_s:.1f} s left); retry later")
-        if status == "draining":
+        if status == "draining" and not last:
             raise ApiError(503, "server is shutting down; send the request to another replica")
 
     def enter(self) -> None:

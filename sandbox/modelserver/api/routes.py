@@ -58,7 +58,7 @@ class Api:
                 ex.respond(500, error_body(ApiError(500, f"internal error: {exc!r}")))
 
     async def models(self, ex: Exchange) -> None:
-        self.rt.lifecycle.check_serving()
+        self.rt.lifecycle.check_serving(last=ex.last)
         model_id = self.served.model_id
         card: dict[str, Any] = {"id": model_id, "object": "model"}
         if self.surface == "candle-vllm":  # as its router writes the entry
@@ -74,13 +74,13 @@ class Api:
         _respond_json(ex, {"status": status}, 200 if status == "ready" else 503)
 
     async def completions(self, ex: Exchange) -> None:
-        self.rt.lifecycle.check_serving()
+        self.rt.lifecycle.check_serving(last=ex.last)
         body = parse(CompletionRequest, _json_body(ex))
         plan = plan_completion(body, self.served, ex.received_ns)
         GenerationRun(plan, self.rt, ex, ex.received_ns)
 
     async def chat(self, ex: Exchange) -> None:
-        self.rt.lifecycle.check_serving()
+        self.rt.lifecycle.check_serving(last=ex.last)
         body = parse(ChatRequest, _json_body(ex))
         GenerationRun(plan_chat(body, self.served, ex.received_ns), self.rt, ex, ex.received_ns)
 
@@ -94,7 +94,7 @@ class Api:
 
     async def _readout(self, kind: str, ex: Exchange) -> dict[str, Any]:
         """One forward pass in the compute process (never on this loop: it paces tokens)."""
-        self.rt.lifecycle.check_serving()
+        self.rt.lifecycle.check_serving(last=ex.last)
         tokens = encode(parse(PromptRequest, _json_body(ex)).prompt)
         with self.rt.lifecycle.tracked():
             return await asyncio.wrap_future(self.rt.engine.link.readout(kind, tokens))

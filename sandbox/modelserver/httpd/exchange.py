@@ -28,6 +28,9 @@ class Exchange:
         self.started = False
         self.done = False
         self.on_lost: Callable[[], None] | None = None  # the client went away mid-response
+        # Served during a drain on a connection opened before it: answered as usual, with
+        # `connection: close`, and the connection ends after it.
+        self.last = False
 
     def respond(
         self, status: int, body: bytes, content_type: str | None = "application/json"
@@ -64,7 +67,7 @@ class Exchange:
                 self.on_lost()
 
     def _connection_header(self) -> list[tuple[str, str]]:
-        return [] if self.head.keep_alive else [("connection", "close")]
+        return [] if self.head.keep_alive and not self.last else [("connection", "close")]
 
     def _write(self, data: bytes) -> int:
         self.started = True

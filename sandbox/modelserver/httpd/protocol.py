@@ -35,6 +35,9 @@ class HttpProtocol(asyncio.Protocol):
         self._continued = False
         self._tasks: set[asyncio.Task[None]] = set()
         self._closing = False
+        self._draining = False  # a drain began while this connection was open
+        self._idle_s = 0.0
+        self._idle_close: asyncio.TimerHandle | None = None
 
     @property
     def idle(self) -> bool:
@@ -53,6 +56,21 @@ class HttpProtocol(asyncio.Protocol):
         self.close_after_response()
         if self.idle:
             self.close()
+
+    def drain(self, idle_s: float) -> None:
+        """End the connection without racing the client: its next request is answered
+        as usual with `connection: close` (a response already under way ends as it
+        began, and the connection waits for that next request), and a connection idle
+        for idle_s is closed. Closing right after a streamed response instead would meet
+        the request the client sends next on it: a reset it cannot tell from a failure."""
+        self._draining, self._idle_s = True, idle_s
+        if self.idle:
+            self._close_if_idle()
+
+    def _close_if_idle(self) -> None:
+        if self._idle_close is not None:
+            self._idle_close.cancel()
+        self._idle_close = asyncio.get_running_loop().call_later(self._idle_s, self.close)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
@@ -85,6 +103,10 @@ class HttpProtocol(asyncio.Protocol):
         if request is None:
             return
         self._current = Exchange(*request, self._transport, self._done)
+        if self._draining:
+            self._current.last = True
+            if self._idle_close is not None:
+                self._idle_close.cancel()
         task = asyncio.get_running_loop().create_task(self._handler(self._current))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -111,10 +133,12 @@ class HttpProtocol(asyncio.Protocol):
 
     def _done(self, exchange: Exchange) -> None:
         self._current = None
-        if not exchange.head.keep_alive or self._closing:
+        if not exchange.head.keep_alive or self._closing or exchange.last:
             self.close()
         else:
             self._advance()
+            if self._draining and self._current is None:
+                self._close_if_idle()
 
     def _reject(self, exc: BadRequest) -> None:
         """A request that cannot be framed: answer it and close (the stream is out of sync)."""

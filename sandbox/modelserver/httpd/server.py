@@ -1,8 +1,10 @@
 """Serving until drained: SIGTERM/SIGINT start a drain, the loop ends once it is complete.
 
-A drain answers new requests with 503 and closes every connection once it is idle, so
-clients reconnect (to another replica) instead of reusing a connection into a closing
-server.
+A drain answers requests on connections opened after it with 503, and ends each
+connection open before it without a race: its next request is answered as usual with
+`connection: close` (one idle for DRAIN_IDLE_S is closed), so clients reconnect (to another
+replica) instead of sending a request into a socket the server is closing. The process
+ends once no request runs and no connection is left.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from collections.abc import Callable
 from sandbox.modelserver.httpd.protocol import BadRequestResponse, Handler, HttpProtocol
 
 _POLL_S = 0.02
+DRAIN_IDLE_S = 1.0  # longer than a client's pause between requests, far below a grace period
 
 
 async def serve_until_drained(
@@ -43,16 +46,13 @@ async def serve_until_drained(
         nonlocal signals
         signals += 1
         begin_drain()
-        # Kept-alive connections are closed as soon as they are idle (busy ones after
-        # their response), so clients reconnect to another replica instead of sending
-        # requests into a closing server.
         for protocol in list(live):
-            protocol.close_when_idle()
+            protocol.drain(DRAIN_IDLE_S)
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, on_signal)
     on_listening()
-    while not (drained() or signals > 1):
+    while not ((drained() and not live) or signals > 1):
         await asyncio.sleep(_POLL_S)
     server.close()
     for protocol in list(live):
