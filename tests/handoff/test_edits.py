@@ -12,6 +12,7 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
 import yaml
 from kubernetes import client
 
@@ -143,6 +144,7 @@ def _recreate(kube: Kube, namespace: str, saved: client.V1Deployment) -> None:
     kube.apps.create_namespaced_deployment(namespace, body)
 
 
+@pytest.mark.timeout(600)  # a handoff, the rollback's minute of waiting, a rollback by hand
 def test_a_rollback_whose_live_workload_cannot_serve_keeps_the_service_on_the_candidate(
     kube: Kube, seeded: str, handoff_env: dict[str, str], tmp_path: Path
 ) -> None:
