@@ -1,0 +1,901 @@
+"""An in-memory model of what one handoff works on, for the model check
+(tests/flows/test_model_check.py): the Service (selector and annotations), the live and
+the candidate Deployments (replicas, pod template, Ready pods) and the endpoints that
+follow from them; and one handoff run written as a generator that yields between its
+writes, so a test can crash it, time out its waits or fail its next write anywhere.
+
+Side by side with a separate candidate Deployment (`current: [old]`, `candidate: cand`),
+the path the seeds take. The run makes the writes the real steps make, in their order
+(flows/handoff.py, start.py, apply.py, warm.py, gating.py, approve.py, swap.py,
+scale.py, rollback.py, session.py), and every decision it takes is the project's own
+function, called on snapshots built from the model: flows.serving.route, the plan's
+selector pin, flows.start's checks, flows.ledger's transition table, flows.drift's
+allowed selectors and replica counts, flows.rollback._written_by. Only the plumbing
+between them (reads, the read-modify-write of a selector, the waits) is transcribed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any, cast
+
+from flows import drift
+from flows.capacity import Decision, Strategy
+from flows.errors import HandoffError, PermanentError
+from flows.kube.client import Kube
+from flows.kube.objects import (
+    REVISION_ANNOTATION,
+    DeploymentSnapshot,
+    PodSnapshot,
+    ReplicaSetSnapshot,
+    ServiceSnapshot,
+    matches,
+    owned_by_deployment,
+)
+from flows.kube.write import SelectorEdited
+from flows.ledger import (
+    REVISION_LABEL,
+    TERMINAL,
+    Ledger,
+    Phase,
+    ServingWorkload,
+    Snapshot,
+    WorkloadSnapshot,
+    appended_history,
+    history_entries,
+    parse_ledger,
+    unfinished_in,
+)
+from flows.plan import Plan, PlanRefused, _live_selector_pin
+from flows.render import (
+    HANDOFF_ID_ANNOTATION,
+    compute_revision,
+    render_candidate,
+    template_sha256,
+)
+from flows.rollback import RestoreNotReady, _written_by
+from flows.run import HandoffRun
+from flows.serving import Route, Routing, Serving, route
+from flows.spec import HandoffSpec
+from flows.start import ensure_not_rolling_back, ensure_same_candidate
+from flows.swap import target_selector
+from tests.kube.test_spec_fuzz import valid_spec
+
+NS = "ns"
+SERVICE = "svc"
+LIVE = "old"
+CANDIDATE = "cand"
+CONTAINER = "server"
+PINNED = "r.invalid/s@sha256:" + "a" * 64
+EDITED_IMAGE = "r.invalid/s@sha256:" + "e" * 64
+LIVE_SELECTOR = {"app": "svc"}
+# What a person may point the Service at by hand: the live pods, or the candidate's.
+STABLE = {"track": "stable"}
+CANARY = {"track": "canary"}
+
+Steps = Generator[str, None, None]
+
+
+def make_spec() -> HandoffSpec:
+    raw = valid_spec(NS, SERVICE)
+    raw["current"] = [LIVE]
+    raw["candidate"].update(deployment=CANDIDATE, container=CONTAINER, replicas=2)
+    raw["candidate"]["preview_replicas"] = 1
+    raw["approval"] = {"required": False}
+    return HandoffSpec.model_validate({**raw, "source_file": Path("/specs/fuzzed.yaml")})
+
+
+def make_manifest(shared_labels: bool) -> dict[str, Any]:
+    """The candidate Deployment's file. With shared labels its pods match the live
+    selector, so the plan narrows the Service to the live pods before the apply."""
+    app = "svc" if shared_labels else "cand"
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": CANDIDATE},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {"app": app}},
+            "template": {
+                "metadata": {"labels": {"app": app, **CANARY}},
+                "spec": {"containers": [{"name": CONTAINER, "image": "r.invalid/s:v1"}]},
+            },
+        },
+    }
+
+
+class ApiError(PermanentError):
+    """The apiserver refused a write (a 500, a webhook, a 403)."""
+
+
+class WaitTimedOut(PermanentError):
+    """A wait of the run ran past its deadline (thrown into the run by the test)."""
+
+
+class ImageUnavailable(PermanentError):
+    """The image wait gave up: the source cannot be reached."""
+
+
+class GateFailed(PermanentError):
+    """A gate did not pass."""
+
+
+@dataclass
+class Workload:
+    name: str
+    uid: str
+    replicas: int
+    match: dict[str, str]
+    labels: dict[str, str]
+    image: str
+    template_hash: str
+    ready: int = 0
+    can_ready: bool = True
+    generation: int = 1
+    handoff_id: str | None = None
+
+    def pod_labels(self) -> dict[str, str]:
+        return {**self.labels, "pod-template-hash": self.template_hash}
+
+    def template(self) -> dict[str, Any]:
+        return {
+            "metadata": {"labels": dict(self.labels)},
+            "spec": {"containers": [{"name": CONTAINER, "image": self.image}]},
+        }
+
+    def scale(self, replicas: int) -> None:
+        """Pods beyond the count stop at once; new ones are Ready after a tick."""
+        self.replicas = replicas
+        self.ready = min(self.ready, replicas)
+
+    def set_template(self, labels: dict[str, str], image: str) -> None:
+        if labels == self.labels and image == self.image:
+            return
+        self.labels, self.image = dict(labels), image
+        self.generation += 1
+        self.template_hash = f"h{self.generation}"
+        self.ready = 0  # the pods of the new template start afresh
+
+    def snapshot(self) -> DeploymentSnapshot:
+        annotations = {REVISION_ANNOTATION: str(self.generation)}
+        if self.handoff_id is not None:
+            annotations[HANDOFF_ID_ANNOTATION] = self.handoff_id
+        return DeploymentSnapshot(
+            name=self.name,
+            namespace=NS,
+            uid=self.uid,
+            resource_version=f"{self.name}-{self.generation}-{self.replicas}",
+            generation=self.generation,
+            observed_generation=self.generation,
+            replicas=self.replicas,
+            ready_replicas=self.ready,
+            updated_replicas=self.replicas,
+            total_replicas=self.replicas,
+            selector=dict(self.match),
+            template_labels=dict(self.labels),
+            gpus_per_pod=1,
+            images={CONTAINER: self.image},
+            annotations=annotations,
+            spec={"replicas": self.replicas, "template": self.template()},
+        )
+
+    def replica_set(self) -> ReplicaSetSnapshot:
+        return ReplicaSetSnapshot(
+            name=f"{self.name}-{self.template_hash}",
+            uid=f"rs-{self.name}-{self.template_hash}",
+            owner_uid=self.uid,
+            owner=self.name,
+            revision=str(self.generation),
+            template_hash=self.template_hash,
+            replicas=self.replicas,
+            created=self.replicas,
+        )
+
+    def pods(self) -> list[PodSnapshot]:
+        owner = f"{self.name}-{self.template_hash}"
+        return [
+            PodSnapshot(
+                name=f"{owner}-{i}",
+                namespace=NS,
+                uid=f"{owner}-{i}",
+                labels=self.pod_labels(),
+                node="n1",
+                phase="Running",
+                ready=i < self.ready,
+                terminating=False,
+                gpus=1,
+                restart_count=0,
+                owner=owner,
+            )
+            for i in range(self.replicas)
+        ]
+
+
+@dataclass
+class Cluster:
+    """The objects, and what the handoff's writes did to the invariants."""
+
+    selector: dict[str, str]
+    workloads: dict[str, Workload]
+    annotations: dict[str, str] = field(default_factory=dict)
+    selector_by_person: bool = False  # the selector is the last one a person wrote
+    person_touched: bool = False  # a person changed an object since the handoff began
+    fail_next_write: bool = False
+    violations: list[str] = field(default_factory=list)
+    writes: int = 0
+    _parsed: tuple[str | None, Ledger | None] = (None, None)
+
+    @classmethod
+    def before(cls) -> Cluster:
+        live = Workload(
+            name=LIVE,
+            uid="uid-old",
+            replicas=2,
+            match=dict(LIVE_SELECTOR),
+            labels={**LIVE_SELECTOR, **STABLE},
+            image="r.invalid/old:v0",
+            template_hash="live0",
+            ready=2,
+        )
+        return cls(selector=dict(LIVE_SELECTOR), workloads={LIVE: live})
+
+    # --- reads ---------------------------------------------------------------
+    def endpoints(self) -> dict[str, int]:
+        """Ready pods the selector matches, per Deployment."""
+        return {
+            w.name: w.ready
+            for w in self.workloads.values()
+            if w.ready and matches(self.selector, w.pod_labels())
+        }
+
+    def serving(self) -> Serving:
+        return Serving(
+            workloads=[
+                ServingWorkload(
+                    deployment=name,
+                    revision=self.workloads[name].labels.get(REVISION_LABEL),
+                    ready=n,
+                )
+                for name, n in sorted(self.endpoints().items())
+            ]
+        )
+
+    def ledger(self) -> Ledger | None:
+        raw = self.annotations.get("handoff.dev/ledger")
+        if raw != self._parsed[0]:
+            self._parsed = (raw, parse_ledger(self.annotations))
+        return self._parsed[1]
+
+    def service_snapshot(self) -> ServiceSnapshot:
+        return ServiceSnapshot(
+            name=SERVICE,
+            namespace=NS,
+            uid="uid-svc",
+            resource_version=str(self.writes),
+            cluster_ip="10.0.0.1",
+            selector=dict(self.selector),
+            annotations=dict(self.annotations),
+        )
+
+    def pods(self) -> list[PodSnapshot]:
+        return [p for w in self.workloads.values() for p in w.pods()]
+
+    def state(self) -> tuple[Any, ...]:
+        """Everything a handoff could change, for comparing before and after a rerun."""
+        return (
+            dict(self.selector),
+            self.annotations.get("handoff.dev/ledger"),
+            sorted(
+                (w.name, w.replicas, w.image, sorted(w.labels.items()), w.generation, w.handoff_id)
+                for w in self.workloads.values()
+            ),
+        )
+
+    # --- the handoff's writes ----------------------------------------------
+    def write(self, what: str, change: Callable[[], None]) -> None:
+        """One write of the handoff; an apiserver error makes it fail, unwritten. Checks
+        that the write itself neither empties the Service (I1) nor makes it route to two
+        Deployments (I2): the swap is one write, its instant."""
+        if self.fail_next_write:
+            self.fail_next_write = False
+            raise ApiError(f"{what}: the apiserver answered 500")
+        before = self.endpoints()
+        change()
+        self.writes += 1
+        after = self.endpoints()
+        if before and not after:
+            self.violations.append(f"I1: {what} left the Service with no ready endpoint")
+        if len(after) > 1 and len(before) <= 1:
+            self.violations.append(f"I2: {what} made the Service route to {sorted(after)}")
+
+    def update_selector(
+        self, target: dict[str, str], expected: Callable[[dict[str, str]], bool]
+    ) -> None:
+        """flows.kube.write.update_service_selector's decision, on a fresh read."""
+        if self.selector == target:
+            return
+        if not expected(self.selector):
+            raise SelectorEdited(f"selector {self.selector} is not one this handoff knows")
+        if self.selector_by_person:
+            self.violations.append(
+                f"I5: the person's selector {self.selector} was overwritten with {target}"
+            )
+
+        def change() -> None:
+            self.selector = dict(target)
+            self.selector_by_person = False
+
+        self.write(f"selector {target}", change)
+
+    def save_ledger(self, ledger: Ledger) -> Ledger:
+        """flows.ledger_store.save_ledger: refuses to write over another live handoff."""
+        on_cluster = self.ledger()
+        if (
+            on_cluster is not None
+            and on_cluster.handoff_id != ledger.handoff_id
+            and on_cluster.phase not in TERMINAL
+        ):
+            raise PermanentError(f"held by handoff {on_cluster.handoff_id}")
+
+        def change() -> None:
+            self.annotations["handoff.dev/ledger"] = ledger.dump()
+            if on_cluster is None or on_cluster.handoff_id != ledger.handoff_id:
+                self.selector_by_person = False  # a new handoff read it before deciding
+                self.person_touched = False
+
+        self.write(f"ledger {ledger.phase}", change)
+        ended = ledger.phase in TERMINAL and ledger.snapshot.serving
+        if ended and not self.person_touched and not self.endpoints():
+            self.violations.append(
+                f"I3: the handoff ended {ledger.phase} with the Service on {self.selector}, "
+                "which leads to no ready pod"
+            )
+        return ledger
+
+    def record(self, handoff_id: str, outcome: str) -> None:
+        """flows.report.record.record: the history entry, once."""
+        entries = history_entries(self.annotations)
+        if any(e.get("handoff_id") == handoff_id and e.get("outcome") == outcome for e in entries):
+            return
+        entry = {"handoff_id": handoff_id, "outcome": outcome}
+
+        def change() -> None:
+            self.annotations["handoff.dev/history"] = appended_history(self.annotations, entry)
+
+        self.write(f"history {outcome}", change)
+
+    def scale(self, name: str, replicas: int) -> None:
+        workload = self.workloads[name]
+        if workload.replicas != replicas:
+            self.write(f"scale {name} to {replicas}", lambda: workload.scale(replicas))
+
+    def history(self) -> list[dict[str, Any]]:
+        return history_entries(self.annotations)
+
+
+@dataclass
+class PlanStub:
+    """What the steps read of flows.plan.Plan here: the manifest and the pin."""
+
+    manifest: dict[str, Any]
+    pin_live_selector: dict[str, str] | None
+    strategy: Strategy = Strategy.SIDE_BY_SIDE
+    decision: Decision = field(
+        default_factory=lambda: Decision(strategy=Strategy.SIDE_BY_SIDE, reasons=[])
+    )
+
+
+class Handoff:
+    """One run of the handoff flow on the model: `steps()` is the process."""
+
+    def __init__(
+        self, cluster: Cluster, spec: HandoffSpec, manifest: dict[str, Any], run_id: str
+    ) -> None:
+        self.c, self.spec, self.manifest, self.run_id = cluster, spec, manifest, run_id
+        self.waiting: str | None = None  # what the process waits for, if it does
+        self.skip_next_check = False  # a person's edit landed right after a drift check
+        self.image_unavailable = False
+        self.gates_fail = False
+        self.outcome: str | None = None  # how the process ended
+        self.run: HandoffRun | None = None
+        self.started_new = False
+
+    # --- plumbing ----------------------------------------------------------
+    def _run(self, ledger: Ledger, pin: dict[str, str] | None) -> HandoffRun:
+        plan = cast(Plan, PlanStub(manifest=self.manifest, pin_live_selector=pin))
+        return HandoffRun(kube=cast(Kube, None), spec=self.spec, plan=plan, ledger=ledger)
+
+    @property
+    def r(self) -> HandoffRun:
+        assert self.run is not None
+        return self.run
+
+    def advance(self, phase: Phase, **changes: Any) -> Steps:
+        """HandoffRun.advance: the ledger's next phase, through Ledger.to."""
+        if self.r.reached(phase) and not changes:
+            return
+        self.r.ledger = self.c.save_ledger(self.r.ledger.to(phase, **changes))
+        yield f"ledger {phase}"
+
+    def wait(self, what: str, ready: Callable[[], bool]) -> Steps:
+        """Read until `ready`; the test may throw WaitTimedOut in at any yield."""
+        while not ready():
+            self.waiting = what
+            try:
+                yield f"wait {what}"
+            finally:
+                self.waiting = None
+
+    def check(self) -> None:
+        """drift.check: the cluster against what this handoff recorded and wrote."""
+        if self.skip_next_check:
+            self.skip_next_check = False
+            return
+        changes = self.changes()
+        if changes:
+            raise drift.PersonEdited(self.r, changes)
+
+    def changes(self) -> list[drift.Change]:
+        """flows.drift.observe, with its own helpers deciding what is allowed."""
+        run = self.r
+        if run.ledger.phase in (Phase.ROLLING_BACK, Phase.ROLLED_BACK, Phase.DONE):
+            return []
+        found: list[drift.Change] = []
+        allowed = drift.written_selectors(run)
+        if self.c.selector not in allowed:
+            found.append(
+                drift.Change(
+                    kind="Service",
+                    name=SERVICE,
+                    field="spec.selector",
+                    expected=str(allowed),
+                    observed=str(self.c.selector),
+                )
+            )
+        if drift.live_untouched(run):
+            for recorded in run.ledger.snapshot.workloads:
+                live = self.c.workloads[recorded.name].snapshot()
+                if drift._retired_by_this_handoff(run, recorded, live):
+                    continue
+                if live.replicas != recorded.replicas:
+                    found.append(
+                        drift._deployment(
+                            recorded.name, "spec.replicas", recorded.replicas, live.replicas
+                        )
+                    )
+        if run.reached(Phase.APPLIED) and not run.reached(Phase.RETIRED):
+            candidate = self.c.workloads.get(CANDIDATE)
+            if candidate is None:
+                found.append(drift._deployment(CANDIDATE, "(the object)", "applied", "deleted"))
+                return found
+            ledger = run.ledger
+            gated = ledger.candidate_template_sha256
+            if gated and template_sha256(candidate.template()) != gated:
+                found.append(drift._deployment(CANDIDATE, "spec.template", "applied", "edited"))
+            elif candidate.replicas not in drift.candidate_replicas(run):
+                found.append(
+                    drift._deployment(
+                        CANDIDATE,
+                        "spec.replicas",
+                        sorted(drift.candidate_replicas(run)),
+                        candidate.replicas,
+                    )
+                )
+        return found
+
+    # --- begin: plan, recover, start or resume (flows/session.py) ----------
+    def plan(self) -> tuple[Routing, dict[str, str] | None, Ledger | None]:
+        """flows.plan.make_plan's decisions: the route and the pin."""
+        c = self.c
+        resumed = unfinished_in(c.annotations)
+        if resumed is not None and resumed.spec == self.spec.name:
+            routing = Routing(route=Route.FORWARD, reason=f"resuming {resumed.handoff_id}")
+            return routing, resumed.pin, resumed
+        candidate = c.workloads.get(CANDIDATE)
+        rendered = (
+            compute_revision(self.spec, self.manifest, candidate.image)
+            if candidate is not None
+            else None
+        )
+        routing = route(self.spec, c.serving(), candidate_revision=rendered)
+        pin = None
+        if routing.route is Route.FORWARD:
+            live = c.workloads[LIVE]
+            pin = _live_selector_pin(
+                self.spec,
+                c.service_snapshot(),
+                [live.snapshot()],
+                self.manifest,
+                c.pods(),
+                [w.replica_set() for w in c.workloads.values()],
+            )
+        return routing, pin, resumed
+
+    def snapshot(self) -> Snapshot:
+        c = self.c
+        candidate = c.workloads.get(CANDIDATE)
+        live = c.workloads[LIVE].snapshot()
+        return Snapshot(
+            selector=dict(c.selector),
+            cluster_ip="10.0.0.1",
+            workloads=[
+                WorkloadSnapshot(
+                    name=live.name,
+                    replicas=live.replicas,
+                    resource_version=live.resource_version,
+                    uid=live.uid,
+                    generation=live.generation,
+                )
+            ],
+            candidate_existed=candidate is not None,
+            candidate_replicas=candidate.replicas if candidate is not None else 0,
+            serving=c.serving().workloads,
+        )
+
+    def steps(self) -> Steps:
+        """flows/handoff.py: begin, the steps, a rollback on any failure, finish."""
+        yield "plan"
+        try:
+            routing, pin, resumed = self.plan()
+        except PlanRefused:
+            self.outcome = "refused"
+            return
+        yield from self._recover()
+        if resumed is not None:
+            if resumed.phase is not Phase.ROLLING_BACK:
+                ensure_same_candidate(self.spec, cast(Plan, PlanStub(self.manifest, pin)), resumed)
+            self.run = self._run(resumed, pin)
+        elif routing.route is Route.REFUSED:
+            self.outcome = "refused"
+            return
+        else:
+            now = "2026-01-01T00:00:00Z"
+            done = routing.reason if routing.route is Route.NOTHING_TO_DO else None
+            ledger = Ledger(
+                handoff_id=self.run_id,
+                spec=self.spec.name,
+                phase=Phase.DONE if done else Phase.STARTED,
+                cause=done,
+                strategy=str(Strategy.SIDE_BY_SIDE),
+                snapshot=self.snapshot(),
+                pin=pin,
+                started_at=now,
+                updated_at=now,
+            )
+            if done:
+                self.run = self._run(ledger, pin)
+                self.c.record(self.run_id, "done")  # finish(): the history entry only
+                self.outcome = "nothing-to-do"
+                return
+            self.run = self._run(self.c.save_ledger(ledger), pin)
+            self.started_new = True
+            yield "started"
+        try:
+            yield from self.forward()
+        except HandoffError as exc:
+            yield from self.roll_back(exc)
+            yield from self.finish()
+            self.outcome = f"failed: {type(exc).__name__}"
+            return
+        yield from self.finish()
+        self.outcome = "done"
+
+    def _recover(self) -> Steps:
+        """flows.report.record.recover: a terminal ledger without its history entry."""
+        ledger = self.c.ledger()
+        if ledger is None or ledger.phase not in TERMINAL:
+            return
+        if any(e.get("handoff_id") == ledger.handoff_id for e in self.c.history()):
+            return
+        self.c.record(ledger.handoff_id, str(ledger.phase))
+        yield "recovered"
+
+    def finish(self) -> Steps:
+        self.c.record(self.r.ledger.handoff_id, str(self.r.ledger.phase))
+        yield "finished"
+
+    def step(self, body: Callable[[], Steps]) -> Steps:
+        """flows.tasks.step: a drift check before and after each forward step."""
+        self.check()
+        yield from body()
+        self.check()
+
+    # --- the forward steps -------------------------------------------------
+    def forward(self) -> Steps:
+        pinned: list[str | None] = [None]
+
+        def image() -> Steps:
+            ensure_not_rolling_back(self.r.ledger)
+            if self.r.ledger.image and self.r.reached(Phase.APPLIED):
+                return
+            yield from self.wait("the image", lambda: True)
+            if self.image_unavailable:
+                raise ImageUnavailable("the image source cannot be reached")
+            pinned[0] = PINNED
+
+        yield from self.step(image)
+        yield from self.step(lambda: self.apply(pinned[0]))
+        yield from self.step(self.warm)
+        yield from self.step(self.gates)
+        yield from self.step(self.approve)
+        yield from self.step(self.swap)
+        yield from self.step(self.scale_up_and_retire)
+
+    def apply(self, pinned: str | None) -> Steps:
+        """flows/apply.py, side by side."""
+        run = self.r
+        image = pinned or PINNED
+        revision = compute_revision(self.spec, self.manifest, image)
+        if run.reached(Phase.APPLIED):
+            return
+        if not run.ledger.wrote:
+            yield from self.advance(run.ledger.phase, wrote=True)
+        pin = cast(PlanStub, run.plan).pin_live_selector
+        if pin:
+            snapshot = run.ledger.snapshot.selector
+            self.c.update_selector(pin, lambda found: found == snapshot)
+            yield "pinned"
+        body = render_candidate(
+            self.spec,
+            self.manifest,
+            pinned=image,
+            revision=revision,
+            replicas=0,
+            handoff_id=run.ledger.handoff_id,
+        )
+        template = body["spec"]["template"]
+        labels = dict(template["metadata"]["labels"])
+        image_now = template["spec"]["containers"][0]["image"]
+
+        def change() -> None:
+            existing = self.c.workloads.get(CANDIDATE)
+            if existing is None:
+                self.c.workloads[CANDIDATE] = Workload(
+                    name=CANDIDATE,
+                    uid="uid-cand",
+                    replicas=0,
+                    match=dict(body["spec"]["selector"]["matchLabels"]),
+                    labels=labels,
+                    image=image_now,
+                    template_hash="c1",
+                    handoff_id=run.ledger.handoff_id,
+                )
+                return
+            existing.set_template(labels, image_now)
+            existing.scale(0)
+            existing.handoff_id = run.ledger.handoff_id
+
+        self.c.write("apply the candidate at 0", change)
+        yield "applied"
+        applied = self.c.workloads[CANDIDATE]
+        yield from self.advance(
+            Phase.APPLIED,
+            revision=revision,
+            image=image,
+            candidate_uid=applied.uid,
+            candidate_template_sha256=template_sha256(applied.template()),
+        )
+
+    def _candidate_ready(self, replicas: int) -> Callable[[], bool]:
+        revision = self.r.ledger.revision
+
+        def ready() -> bool:
+            candidate = self.c.workloads.get(CANDIDATE)
+            return (
+                candidate is not None
+                and candidate.labels.get(REVISION_LABEL) == revision
+                and candidate.ready >= replicas
+            )
+
+        return ready
+
+    def warm(self) -> Steps:
+        if self.r.reached(Phase.WARM):
+            return
+        preview = self.spec.candidate.preview_replicas
+        self.c.scale(CANDIDATE, preview)
+        yield "scaled to preview"
+        yield from self.wait("the candidate's preview pods", self._candidate_ready(preview))
+        yield from self.advance(Phase.WARM)
+
+    def gates(self) -> Steps:
+        if self.r.reached(Phase.APPROVED):
+            return
+        if self.gates_fail:
+            raise GateFailed("latency fail")
+        yield from self.advance(Phase.GATED, evidence_sha256="e" * 64)
+
+    def approve(self) -> Steps:
+        if self.r.reached(Phase.APPROVED):
+            return
+        yield from self.advance(Phase.APPROVED)
+
+    def swap(self) -> Steps:
+        """flows/swap.py: wait (reading) for a Ready pod of the target, one selector write
+        against what it decided from, then the endpoints must lead to it alone."""
+        run = self.r
+        if run.reached(Phase.SWAPPED):
+            return
+        before = [run.ledger.snapshot.selector, *([run.ledger.pin] if run.ledger.pin else [])]
+        yield from self.point_service(target_selector(run), before)
+        yield from self.advance(Phase.SWAPPED)
+
+    def point_service(self, target: dict[str, str], came_from: list[dict[str, str]]) -> Steps:
+        yield from self.wait("a Ready pod of the target", lambda: self._ready_matching(target))
+        self.c.update_selector(target, lambda s: s in came_from)
+        yield "selector written"
+        yield from self.verify(target)
+
+    def verify(self, target: dict[str, str]) -> Steps:
+        """swap.verify_service: the endpoints lead only to ready pods `target` matches."""
+
+        def routes_only() -> bool:
+            serving = self.c.endpoints()
+            return bool(serving) and all(
+                matches(target, self.c.workloads[n].pod_labels()) for n in serving
+            )
+
+        yield from self.wait("the endpoints to route only to the target", routes_only)
+
+    def _ready_matching(self, selector: dict[str, str]) -> bool:
+        return any(w.ready and matches(selector, w.pod_labels()) for w in self.c.workloads.values())
+
+    def scale_up_and_retire(self) -> Steps:
+        """flows.tasks.scale_up_and_retire with flows/scale.py (scale-up first)."""
+        run = self.r
+        self.check()
+        if not run.reached(Phase.SCALED):
+            target = self.spec.candidate.replicas
+            self.c.scale(CANDIDATE, target)
+            yield "scaled up"
+            yield from self.wait("the candidate's pods", self._candidate_ready(target))
+        yield from self.advance(Phase.SCALED)
+        self.check()
+        if not run.reached(Phase.RETIRED):
+            # HEAD's retire: the Service must route to the candidate alone first.
+            yield from self.verify(target_selector(run))
+            self.c.scale(LIVE, 0)
+            yield "retired"
+            yield from self.advance(Phase.RETIRED)
+        yield from self.advance(Phase.DONE)
+
+    # --- rollback (flows/rollback.py, side by side, separate candidate) ----
+    def roll_back(self, cause: HandoffError) -> Steps:
+        leave: list[str] = []
+        if isinstance(cause, drift.PersonEdited):
+            leave = cause.objects
+        if isinstance(cause, SelectorEdited):
+            leave = [f"Service {SERVICE}"]
+        yield from self.rollback(str(cause), leave)
+
+    def rollback(self, cause: str, leave: list[str]) -> Steps:
+        c = self.c
+        ledger = c.ledger()
+        if ledger is None or ledger.phase in TERMINAL:
+            return
+        self.run = self._run(ledger, ledger.pin)
+        if not ledger.first_write_made:
+            stopped = ledger.to(Phase.ROLLING_BACK).to(Phase.ROLLED_BACK, cause=cause[:200])
+            self.r.ledger = c.save_ledger(stopped)
+            yield "rolled back before the first write"
+            return
+        if ledger.phase is Phase.ROLLING_BACK:
+            cause = ledger.cause or cause
+        else:
+            edited = sorted({*ledger.edited, *leave})
+            was = ledger.phase
+            ledger = c.save_ledger(ledger.to(Phase.ROLLING_BACK, cause=cause[:200], edited=edited))
+            self.r.ledger = ledger
+            yield f"rolling back from {was}"
+        problems: list[str] = []
+        kept = set(ledger.edited)
+        candidate = f"Deployment {CANDIDATE}"
+
+        def noted(part: Callable[[], Steps]) -> Steps:
+            try:
+                yield from part()
+            except RestoreNotReady:
+                raise
+            except HandoffError as exc:
+                problems.append(str(exc))
+
+        if candidate not in kept:
+            yield from noted(lambda: self._candidate_to_preview(ledger))
+        for workload in ledger.snapshot.workloads:
+            if f"Deployment {workload.name}" not in kept:
+                yield from noted(partial(self._restore_workload, workload, problems))
+        if f"Service {SERVICE}" in kept:
+
+            def keep_service() -> Steps:
+                if candidate not in kept and not self._routes_to_candidate():
+                    yield from self._undo_candidate(ledger)
+
+            yield from noted(keep_service)
+        elif candidate in kept:
+            yield from noted(lambda: self._move_selector(ledger, ledger.snapshot.selector))
+        else:
+            yield from noted(lambda: self._selector_then_candidate(ledger))
+        self.r.ledger = c.save_ledger(ledger.to(Phase.ROLLED_BACK, cause=cause[:200]))
+        yield "rolled back"
+
+    def _candidate_to_preview(self, ledger: Ledger) -> Steps:
+        retired = any(
+            self.c.workloads[w.name].replicas < w.replicas for w in ledger.snapshot.workloads
+        )
+        candidate = self.c.workloads.get(CANDIDATE)
+        preview = max(self.spec.candidate.preview_replicas, ledger.snapshot.candidate_replicas)
+        if retired and candidate is not None and candidate.replicas > preview:
+            self.c.scale(CANDIDATE, preview)
+            yield "candidate to preview"
+
+    def _restore_workload(self, workload: WorkloadSnapshot, problems: list[str]) -> Steps:
+        current = self.c.workloads[workload.name]
+        if current.replicas != workload.replicas:
+            self.c.scale(workload.name, workload.replicas)
+            yield f"restored {workload.name}"
+        try:
+            yield from self.wait(
+                f"{workload.name} rolled out", lambda: current.ready >= current.replicas
+            )
+        except HandoffError as exc:
+            problems.append(str(exc))
+
+    def _routes_to_candidate(self) -> bool:
+        candidate = self.c.workloads.get(CANDIDATE)
+        return (
+            candidate is not None
+            and bool(candidate.replicas)
+            and matches(self.c.selector, candidate.pod_labels())
+        )
+
+    def _undo_candidate(self, ledger: Ledger) -> Steps:
+        candidate = self.c.workloads.get(CANDIDATE)
+        want = ledger.snapshot.candidate_replicas
+        if candidate is not None and candidate.replicas != want:
+            self.c.scale(CANDIDATE, want)
+            yield "candidate undone"
+
+    def _selector_then_candidate(self, ledger: Ledger) -> Steps:
+        pinned = self._pinned_to_restored(ledger)
+        yield from self._move_selector(ledger, pinned or ledger.snapshot.selector)
+        yield from self._undo_candidate(ledger)
+        if pinned:
+            yield from self.wait(
+                "the candidate's pods to stop", lambda: not self._cand_matches(ledger)
+            )
+            yield from self._move_selector(ledger, ledger.snapshot.selector)
+
+    def _cand_matches(self, ledger: Ledger) -> bool:
+        candidate = self.c.workloads.get(CANDIDATE)
+        return any(
+            owned_by_deployment(p, CANDIDATE) and matches(ledger.snapshot.selector, p.labels)
+            for p in (candidate.pods() if candidate else [])
+        )
+
+    def _pinned_to_restored(self, ledger: Ledger) -> dict[str, str] | None:
+        if not self._cand_matches(ledger):
+            return None
+        live = self.c.workloads[LIVE]
+        return {**ledger.snapshot.selector, "pod-template-hash": live.template_hash}
+
+    def _move_selector(self, ledger: Ledger, target: dict[str, str]) -> Steps:
+        """rollback._move_selector: wait for a Ready pod of `target` while the Service has
+        ready endpoints (RestoreNotReady past the wait); never over a selector
+        `_written_by` does not recognise."""
+        if self.c.endpoints():
+            try:
+                yield from self.wait(
+                    "a Ready pod to move back to", lambda: self._ready_matching(target)
+                )
+            except WaitTimedOut as exc:
+                raise RestoreNotReady(f"not moved back to {target}: {exc}") from exc
+        self.c.update_selector(target, lambda found: _written_by(ledger, found))
+        yield "selector moved back"
+
+
+def phase_of(cluster: Cluster) -> Phase | None:
+    ledger = cluster.ledger()
+    return None if ledger is None else ledger.phase
