@@ -226,6 +226,10 @@ def scale_up_and_retire(run: HandoffRun) -> None:
     for do in order:
         drift.check(run)  # the scale-up waits: look again before the next write
         do(run)
+    # Done only on a fresh look: the Service routes to ready pods of what it should
+    # serve now (a person may have scaled the candidate while the old pods stopped).
+    target = swap.target_selector(run)
+    swap.verify_service(run, swap.live_only_selector(run, target) if run.twin else target)
     run.advance(Phase.DONE)
 
 

@@ -760,6 +760,8 @@ class Handoff:
             self.c.scale(LIVE, 0)
             yield "retired"
             yield from self.advance(Phase.RETIRED)
+        # flows.tasks.scale_up_and_retire: done only once the Service is seen serving.
+        yield from self.verify(target_selector(run))
         yield from self.advance(Phase.DONE)
 
     # --- rollback (flows/rollback.py, side by side, separate candidate) ----
