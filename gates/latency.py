@@ -2,8 +2,11 @@
 
 At each concurrency level both servers get the same requests (prompts, seed, max_tokens,
 ignore_eos, temperature 0). After a warm-up that is excluded, baseline and candidate rounds
-alternate (B C, C B, B C, ...) so that drift on the machine hits both alike. Each level is then
-decided by `gates.compare` (regression against the baseline) and the optional SLOs.
+alternate (B C, C B, B C, ...) so that drift on the machine hits both alike. Each level ends
+with one of three verdicts (`gates.latency_verdict`): pass when every metric is shown within
+its margin and every SLO met, fail when a regression (`gates.compare`), a missed SLO or too
+many failed candidate requests is shown, and otherwise no verdict, saying what would decide
+it. A level whose baseline itself failed too often has no verdict: it compares nothing.
 """
 
 from __future__ import annotations
@@ -17,9 +20,18 @@ from gates.blocking import blocking
 from gates.capabilities import discover
 from gates.cell import CellFigures, CellSamples, summarise_cell
 from gates.client import CHAT_PATH, COMPLETIONS_PATH
-from gates.compare import Comparison, compare_cells
+from gates.compare import compare_cells
 from gates.errors import ServerError
-from gates.latency_report import LatencyFigures, LevelFigures
+from gates.latency_report import LatencyFigures, LevelFigures, power_line, streams
+from gates.latency_verdict import (
+    baseline_cannot_recover,
+    baseline_unmeasured,
+    power_of,
+    slo_missed,
+    slo_unshown,
+    surely_within,
+    unshown,
+)
 from gates.load import Api, RequestShape, Run, StreamPool
 from gates.result import GateResult, verdict_of
 from gates.settings import LatencySettings
@@ -153,19 +165,19 @@ def evaluate_level(
         for label, s in samples.items()
     }
     candidate, baseline = samples[CANDIDATE], samples.get(BASELINE)
-    comparisons = compare_cells(candidate, baseline, settings) if baseline else []
-    slo_checks = check_slos(candidate, settings.slo, settings)
     level = LevelFigures(
         concurrency=concurrency,
         candidate=cells[CANDIDATE],
         baseline=cells.get(BASELINE),
-        comparisons=comparisons,
-        slo_checks=slo_checks,
+        comparisons=[],
+        slo_checks=check_slos(candidate, settings.slo, settings),
         passed=None,
         findings=[],
         rounds=rounds,
         max_rounds=settings.rounds,
     )
+    if baseline and baseline_unmeasured(level, settings) is None:  # else: no survivors' test
+        level.comparisons = compare_cells(candidate, baseline, settings)
     return _decide_level(level, settings)
 
 
@@ -177,22 +189,19 @@ def _by_round(concurrency: int, settings: LatencySettings, rounds: int) -> bool:
 
 
 def is_certain(level: LevelFigures, settings: LatencySettings) -> bool:
-    """Stop early: a regression or too many failures already shown, or every metric surely
-    within its margin and every SLO surely met. A missed SLO is not certain before the end
-    (its test is one-sided towards failing)."""
+    """Stop early: a regression or too many failures already shown, a baseline that failed
+    too often whatever its later rounds do, or every metric surely within its margin and
+    every SLO surely met. A missed SLO is not certain before the end (its test is one-sided
+    towards failing)."""
     regressed = any(c.outcome == "regressed" for c in level.comparisons)
     if regressed or _too_many_failed(level.candidate, level.baseline, settings):
         return True
-    checks = [_surely_within(c) for c in level.comparisons] + [
+    if baseline_cannot_recover(level, settings):
+        return True
+    checks = [surely_within(c) for c in level.comparisons] + [
         s.met is True for s in level.slo_checks
     ]
     return bool(checks) and all(checks)
-
-
-def _surely_within(c: Comparison) -> bool:
-    if c.ratio_low is None or c.ratio_high is None:
-        return False
-    return c.ratio_high <= c.margin if c.worse_when == "higher" else c.ratio_low >= c.margin
 
 
 def _too_many_failed(
@@ -211,51 +220,87 @@ def interleave(items: list[T], *, rounds: int) -> list[tuple[int, T]]:
 
 
 def _decide_level(level: LevelFigures, settings: LatencySettings) -> LevelFigures:
-    """Failures: too many failed candidate requests (`_too_many_failed`), a regressed
-    metric, a missed SLO."""
-    findings, cell, live = [], level.candidate, level.baseline
+    """Three verdicts. Fail: too many failed candidate requests (`_too_many_failed`), a
+    regressed metric, an SLO whose p95 is over its limit. Pass: nothing failed, every metric
+    shown within its margin, every SLO shown met. Otherwise no verdict, each reason in
+    `undecided`; so too for a level whose baseline measured nothing (`baseline_unmeasured`),
+    which then compares nothing but the failures."""
+    findings, undecided, cell, live = [], [], level.candidate, level.baseline
     if _too_many_failed(cell, live, settings):
         than_live = f" (live: {live.n_failed} of {live.n_requests})" if live else ""
         findings.append(
             f"{cell.n_failed} of {cell.n_requests} candidate requests failed at "
             f"{level.concurrency} streams{than_live}: {cell.errors}"
         )
+    comparisons, slo_checks = level.comparisons, level.slo_checks
+    if (broken := baseline_unmeasured(level, settings)) is not None:
+        comparisons, slo_checks = [], []
+        undecided.append(broken)
+    head = streams(level.concurrency)
+    findings += [f"{head}: {c.reason}" for c in comparisons if c.outcome == "regressed"]
     findings += [
-        f"{level.concurrency} streams: {c.reason}"
-        for c in level.comparisons
-        if c.outcome == "regressed"
+        f"{head}: p95 {s.metric} {s.p95_ms:.1f} ms (upper bound {s.p95_upper_ms:.1f} ms) "
+        f"exceeds the SLO {s.limit_ms} ms"
+        for s in slo_checks
+        if slo_missed(s) and s.p95_ms is not None and s.p95_upper_ms is not None
     ]
-    findings += [
-        f"{level.concurrency} streams: p95 {s.metric} upper bound "
-        f"{s.p95_upper_ms:.1f} ms exceeds the SLO {s.limit_ms} ms"
-        for s in level.slo_checks
-        if s.met is False
-    ]
-    decided = any(c.outcome != "no verdict" for c in level.comparisons) or any(
-        s.met is not None for s in level.slo_checks
-    )
+    for c in comparisons:
+        why = unshown(
+            c,
+            level.concurrency,
+            rounds=level.rounds,
+            max_rounds=level.max_rounds,
+            confidence=settings.confidence,
+        )
+        undecided += [why] if why else []
+    undecided += [why for s in slo_checks if (why := slo_unshown(s, level.concurrency))]
+    power = [p for c in comparisons if (p := power_of(c)) is not None]
+    decided = bool(comparisons or slo_checks) and not undecided
     return level.model_copy(
-        update={"findings": findings, "passed": verdict_of(findings, decided=decided)}
+        update={
+            "findings": findings,
+            "undecided": undecided,
+            "power": power,
+            "comparisons": comparisons,
+            "passed": verdict_of(findings, decided=decided),
+        }
     )
 
 
 def _result(figures: LatencyFigures, *, has_baseline: bool) -> LatencyResult:
-    findings = [f for level in figures.levels for f in level.findings]
-    passed = verdict_of(findings, decided=any(lv.passed is not None for lv in figures.levels))
-    if passed is None:
-        why = "too few successful requests" if has_baseline else "no baseline and no SLO"
-        reason = f"no verdict: {why} to decide on; figures only"
-    elif passed:
-        reason = "no regression beyond the margins and every SLO met at every level"
-    else:
+    """Fail if any level failed; no verdict if any level has none; pass only when every
+    level passed."""
+    levels = figures.levels
+    findings = [f for level in levels for f in level.findings]
+    undecided = [u for level in levels for u in level.undecided]
+    passed: bool | None
+    if findings:
+        passed = False
         reason = f"{len(findings)} finding(s): " + "; ".join(findings[:3])
+    elif levels and all(lv.passed for lv in levels):
+        passed = True
+        reason = (
+            "every metric shown within its margin (its interval's bound inside it) and every "
+            "SLO met, at every level"
+        )
+    else:
+        passed = None
+        why = "too few successful requests" if has_baseline else "no baseline and no SLO"
+        reason = "no verdict: " + (
+            "; ".join(undecided[:3]) if undecided else f"{why} to decide on; figures only"
+        )
+    power = [f"{streams(lv.concurrency)}: {power_line(lv.power)}" for lv in levels if lv.power]
     evidence = [
         f"{lv.concurrency} streams: {e} ({n}x, {lv_cell.label})"
-        for lv in figures.levels
+        for lv in levels
         for lv_cell in (lv.candidate, lv.baseline)
         if lv_cell
         for e, n in lv_cell.errors.items()
     ]
     return LatencyResult(
-        name="latency", passed=passed, reason=reason, figures=figures, evidence=findings + evidence
+        name="latency",
+        passed=passed,
+        reason=reason,
+        figures=figures,
+        evidence=findings + undecided + power + evidence,
     )

@@ -8,11 +8,23 @@ from pydantic import BaseModel, Field
 
 from gates import shown
 from gates.cell import CellFigures
-from gates.compare import Comparison
+from gates.compare import Comparison, MetricName
 from gates.metrics import LatencySummary
 from gates.result import Figures
 from gates.settings import LatencySettings
 from gates.slo import SloCheck
+
+
+class MetricPower(BaseModel):
+    """What one comparison of a level could have told: its interval's spread in margin terms."""
+
+    metric: MetricName
+    margin: float
+    detectable: float = Field(
+        description="the smallest regression (a ratio past the margin) whose interval, at "
+        "this run's spread, would have lain wholly past the margin"
+    )
+    half_width: float = Field(description="half the interval's width, relative to its point")
 
 
 class LevelFigures(BaseModel):
@@ -23,6 +35,14 @@ class LevelFigures(BaseModel):
     slo_checks: list[SloCheck]
     passed: bool | None
     findings: list[str]
+    undecided: list[str] = Field(
+        default_factory=list,
+        description="why the level has no verdict: what was not shown, and what would decide it",
+    )
+    power: list[MetricPower] = Field(
+        default_factory=list,
+        description="per compared metric, the smallest regression it could show",
+    )
     rounds: int | None = Field(None, description="rounds run a side before the verdict")
     max_rounds: int | None = Field(None, description="the most it could have run")
 
@@ -120,12 +140,24 @@ def render_level(level: LevelFigures) -> str:
             "|---|---|---|---|---|---|",
         ]
         lines += [_comparison_row(c) for c in level.comparisons]
+    if level.power:
+        lines += ["", f"- {power_line(level.power)}"]
+    lines += [f"- no verdict: {why}" for why in level.undecided]
     lines += [
         f"- SLO p95 {s.metric}: upper bound {shown.ms(s.p95_upper_ms)} ms, limit "
         f"{s.limit_ms} ms, {'met' if s.met else 'no verdict' if s.met is None else 'MISSED'}"
         for s in level.slo_checks
     ]
     return "\n".join(lines)
+
+
+def power_line(power: list[MetricPower]) -> str:
+    """The power a level had, as a person reads it."""
+    shown_ = ", ".join(
+        f"{p.metric} ×{p.detectable:.3f} (margin {p.margin}, interval ±{p.half_width:.1%})"
+        for p in power
+    )
+    return f"smallest regression this run could show: {shown_}"
 
 
 def _comparison_row(c: Comparison) -> str:

@@ -1,4 +1,4 @@
-"""Latency gate against real simulated servers: an identical candidate passes run after run,
+"""Latency gate against real simulated servers: an identical candidate is never failed,
 a 20 % slower one fails, a stalling one yields recorded errors and a failed gate (no crash),
 and the seed's shape holds (the fp16 14B loses to the GPTQ MoE at 1 stream, wins at 16)."""
 
@@ -26,15 +26,27 @@ SMALL = LatencySettings(
 )
 
 
-def test_identical_candidate_passes_repeatedly(model_server: StartServer) -> None:
+def test_identical_candidate_is_never_failed_and_its_tpot_is_shown_within(
+    model_server: StartServer,
+) -> None:
+    """An identical candidate passes only where the evidence shows it within every margin.
+    With these few samples on a loaded 2-core machine the p99 ITL (at 1 stream about the
+    largest of 88 gaps) and, at 4 streams, TTFT and throughput drawn from 4 rounds have
+    intervals too wide to show that: such a level has no verdict, never a fail, and says
+    why; TPOT at 1 stream is shown within its margin every time."""
     baseline = model_server(PROFILE, *HALF_TIME)
     candidate = model_server(PROFILE, *HALF_TIME, "--model-id", "twin")
     for _ in range(3):
         result = run_latency(candidate.url, baseline.url, SMALL)
-        assert result.passed, result.markdown()
+        assert result.passed is not False, result.markdown()
         for level in result.figures.levels:
             assert level.candidate.n_failed == level.baseline.n_failed == 0
             assert {c.outcome for c in level.comparisons} == {"no regression"}
+            assert (level.passed is None) == bool(level.undecided), level.undecided
+            assert all("To decide:" in why for why in level.undecided)
+        one = result.figures.levels[0]
+        tpot = next(c for c in one.comparisons if c.metric == "tpot")
+        assert tpot.ratio_high is not None and tpot.ratio_high <= tpot.margin, tpot.reason
 
 
 # Enough requests that bursts of other work (load 4-5 on 2 cores) landing on a few baseline

@@ -83,6 +83,11 @@ def test_latency_baseline_is_a_live_pod_on_the_live_port(
     tmp_path: Path,
 ) -> None:
     namespace = live_on_8000
+    # The latency gate is not under test here. It passes only what it shows within every
+    # margin, and on a loaded 2-core machine an identical (or faster) candidate's p99 ITL
+    # interval reached 1.42 at 1 stream and 3.7 at 16 (TPOT 1.10 at 16): wider margins let
+    # the handoff be shown; tests/gates/test_latency*.py test the gate's own defaults.
+    margins = {"tpot": 1.25, "itl_p99": 5.0, "throughput": 0.8}
     spec_file = spec_in(
         namespace,
         "clef-candle",
@@ -91,7 +96,7 @@ def test_latency_baseline_is_a_live_pod_on_the_live_port(
             "manifest": str(_candidate_sharing_the_live_label(tmp_path)),
             "port": CANDIDATE_PORT,
         },
-        gates={"parity": None, "latency": {"levels": [1]}},
+        gates={"parity": None, "latency": {"levels": [1], "margins": margins}},
     )
     result = run_handoff(spec_file, handoff_env, "--auto-approve")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]

@@ -20,12 +20,17 @@ def test_the_candidate_reaches_a_target_that_fits_only_after_retirement(
     sandbox: SandboxState, kube: Kube, seeded: str, handoff_env: dict[str, str], tmp_path: Path
 ) -> None:
     # One GPU is free beside the live pod: the preview (1) fits, the target (2) does not.
+    # The latency gate is not under test here. It passes only what it shows within every
+    # margin, and on a loaded 2-core machine an identical (or faster) candidate's p99 ITL
+    # interval reached 1.42 at 1 stream and 3.7 at 16 (TPOT 1.10 at 16): wider margins let
+    # the handoff be shown; tests/gates/test_latency*.py test the gate's own defaults.
+    margins = {"tpot": 1.25, "itl_p99": 5.0, "throughput": 0.8}
     spec_file = spec_in(
         seeded,
         "clef-candle",
         tmp_path,
         candidate={"replicas": 2},
-        gates={"parity": None, "latency": {"levels": [1]}},
+        gates={"parity": None, "latency": {"levels": [1], "margins": margins}},
     )
     url = "http://" + address_of(sandbox.run_dir, seeded, "clef-serve", 80)
     with ClientLoad(url, api=CLIENT_API["clef-serve"], streams=4) as load:

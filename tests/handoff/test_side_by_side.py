@@ -47,7 +47,17 @@ def test_clef_candle_side_by_side_without_a_failed_request(
 ) -> None:
     # A task gate without golden scores: only the live pod can be its baseline here.
     suite = str(ROOT / "manifests" / "tasks" / "coder.yaml")
-    spec_file = spec_in(seeded, "clef-candle", tmp_path, gates={"task": {"suite": suite}})
+    # The latency gate is not under test here. It passes only what it shows within every
+    # margin, and on a loaded 2-core machine an identical (or faster) candidate's p99 ITL
+    # interval reached 1.42 at 1 stream and 3.7 at 16 (TPOT 1.10 at 16): wider margins let
+    # the handoff be shown; tests/gates/test_latency*.py test the gate's own defaults.
+    margins = {"tpot": 1.25, "ttft": 1.5, "itl_p99": 5.0, "throughput": 0.8}
+    spec_file = spec_in(
+        seeded,
+        "clef-candle",
+        tmp_path,
+        gates={"task": {"suite": suite}, "latency": {"margins": margins}},
+    )
     cluster_ip = service(kube, seeded, "clef-serve").spec.cluster_ip
     with _clients(sandbox, seeded) as load:
         result = run_handoff(spec_file, handoff_env, "--auto-approve")

@@ -36,11 +36,22 @@ def test_a_rerun_after_a_kill_past_the_twins_removal_ends_done(
     handoff_env: dict[str, str],
     tmp_path: Path,
 ) -> None:
+    # The latency gate is not under test here. It passes only what it shows within every
+    # margin, and on a loaded 2-core machine an identical (or faster) candidate's p99 ITL
+    # interval reached 1.42 at 1 stream and 3.7 at 16 (TPOT 1.10 at 16): wider margins let
+    # the handoff be shown; tests/gates/test_latency*.py test the gate's own defaults.
+    margins = {"tpot": 1.25, "itl_p99": 5.0, "throughput": 0.8}
     spec_file = spec_in(
         seeded,
         "coder-14b-fp16",
         tmp_path,
-        gates={"latency": {"levels": [1], "slo": {"tpot_ms": 500, "ttft_ms": 10000}}},
+        gates={
+            "latency": {
+                "levels": [1],
+                "slo": {"tpot_ms": 500, "ttft_ms": 10000},
+                "margins": margins,
+            }
+        },
     )
     url = "http://" + address_of(sandbox.run_dir, seeded, SERVICE, 80)
     with ClientLoad(url, api=CLIENT_API[SERVICE], streams=4) as load:
