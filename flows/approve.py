@@ -52,16 +52,20 @@ def request_approval(
     evidence_sha256: str | None = None,
     timeout_s: float | None = None,
     timeout_setting: str = "approval.timeout_s",
+    undecided: tuple[str, ...] = (),
 ) -> Approval:
     """Ask (or auto-approve) and record the answer; raise ApprovalRejected on no.
     The answer is bound to `evidence_sha256`, by default the hash of `summary`; `brief`
-    is what the notification to the approver says of it."""
+    is what the notification to the approver says of it. `undecided` names gates without
+    a verdict: then a person is asked even where the spec requires no approval, and an
+    auto-approval records that it approved over them."""
     if run.reached(phase):
         return Approval(approver=run.ledger.approver or AUTO_APPROVER, reason="approved earlier")
-    if auto or not run.spec.approval.required:
+    if auto or not (run.spec.approval.required or undecided):
+        over = f", over gates without a verdict: {', '.join(undecided)}" if undecided else ""
         answer = Approval(
             approver=AUTO_APPROVER,
-            reason="--auto-approve" if auto else "approval not required by the spec",
+            reason=("--auto-approve" if auto else "approval not required by the spec") + over,
         )
     else:
         timeout = (run.spec.approval.timeout_s if timeout_s is None else timeout_s, timeout_setting)

@@ -15,6 +15,11 @@ class GateSummary(BaseModel):
     figures: dict[str, object]
 
 
+# Gates whose "no verdict" a person may weigh at the approval (side by side): the
+# evidence could not tell, which is neither a pass nor a shown regression.
+ASK_ON_NO_VERDICT = frozenset({"latency"})
+
+
 class Evidence(BaseModel):
     image: str | None
     gates: list[GateSummary]
@@ -26,6 +31,17 @@ class Evidence(BaseModel):
     def passed(self) -> bool:
         return all(g.verdict == "pass" for g in self.gates)
 
+    @property
+    def undecided(self) -> list[GateSummary]:
+        """The gates that could not tell and leave the decision to the approval."""
+        return [g for g in self.gates if g.verdict == "no verdict" and g.name in ASK_ON_NO_VERDICT]
+
+    @property
+    def for_a_person(self) -> bool:
+        """Nothing failed; what is not a pass is a no verdict a person may weigh."""
+        undecided = {g.name for g in self.undecided}
+        return all(g.verdict == "pass" or g.name in undecided for g in self.gates)
+
     def verdict(self) -> str:
         """The gates' verdict and its reason, in one line."""
         failed = [g for g in self.gates if g.verdict != "pass"]
@@ -34,6 +50,12 @@ class Evidence(BaseModel):
         if not failed:
             names = ", ".join(g.name for g in self.gates)
             return f"PASS: all {len(self.gates)} gates pass ({names})"
+        if self.for_a_person:
+            return (
+                "NO VERDICT, for the approver to weigh: "
+                + "; ".join(f"{g.name}: {g.reason}" for g in failed)
+                + " (every other gate passes)"
+            )
         return "FAIL: " + "; ".join(f"{g.name} {g.verdict}: {g.reason}" for g in failed)
 
     def brief(self) -> str:

@@ -115,7 +115,10 @@ def run_gates(run: HandoffRun, candidate_pods: tuple[str, ...]) -> Evidence:
     problems = list(dict.fromkeys(p for f in forwards for p in f.problems()))
     evidence = _evidence(run, summaries, problems)
     run.evidence = evidence
-    if not evidence.passed:
+    # Side by side, a gate that could not tell stops the handoff before the swap and a
+    # person decides at the approval (--auto-approve decides for them, and says so); in
+    # place the gates decide alone, so anything but a pass rolls back.
+    if not evidence.passed and (bounded or not evidence.for_a_person):
         failed = [g for g in summaries if g.verdict != "pass"]
         raise GateFailed(
             "gates did not pass: "

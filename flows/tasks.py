@@ -190,6 +190,7 @@ def approve_gates(run: HandoffRun, evidence: Evidence, *, auto: bool) -> None:
         evidence_sha256=evidence.sha256,
         timeout_s=timeout_s,
         timeout_setting=setting,
+        undecided=tuple(g.name for g in evidence.undecided),
     )
 
 

@@ -1,0 +1,36 @@
+"""A gate that could not tell is neither a pass nor a fail: side by side, a latency gate
+without a verdict stops the handoff at the approval (a person weighs it); any other gate
+without one, or any fail, rolls back."""
+
+from __future__ import annotations
+
+from flows.evidence import Evidence, GateSummary
+
+
+def _gate(name: str, verdict: str) -> GateSummary:
+    return GateSummary(
+        name=name, verdict=verdict, reason=f"{name} {verdict}", markdown="", figures={}
+    )
+
+
+def _evidence(*gates: GateSummary) -> Evidence:
+    return Evidence(image="r@sha256:0", gates=list(gates), sha256="0")
+
+
+def test_a_latency_gate_without_a_verdict_is_for_a_person_and_says_so() -> None:
+    evidence = _evidence(_gate("smoke", "pass"), _gate("latency", "no verdict"))
+    assert not evidence.passed
+    assert evidence.for_a_person and [g.name for g in evidence.undecided] == ["latency"]
+    assert evidence.verdict().startswith("NO VERDICT, for the approver to weigh: latency")
+
+
+def test_a_fail_or_another_gates_no_verdict_is_not_for_a_person() -> None:
+    failed = _evidence(_gate("latency", "no verdict"), _gate("parity", "fail"))
+    assert not failed.for_a_person and failed.verdict().startswith("FAIL")
+    unknown = _evidence(_gate("parity", "no verdict"))
+    assert not unknown.for_a_person and unknown.undecided == []
+
+
+def test_all_passing_is_a_pass() -> None:
+    evidence = _evidence(_gate("smoke", "pass"), _gate("latency", "pass"))
+    assert evidence.passed and evidence.for_a_person and evidence.verdict().startswith("PASS")
