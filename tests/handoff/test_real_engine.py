@@ -5,6 +5,7 @@ while clients keep being answered by the F16 reference."""
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import time
 import uuid
@@ -95,13 +96,12 @@ def live_f16(kube: Kube, sandbox: SandboxState) -> Iterator[str]:
 
 
 def _spec_env(
-    env: dict[str, str], sandbox: SandboxState, source: SourceRepo, ns: str, golden: Path, tag: str
+    env: dict[str, str], sandbox: SandboxState, source: SourceRepo, ns: str, tag: str
 ) -> dict[str, str]:
     return env | {
         "HANDOFF_IMAGES": f"{env['HANDOFF_IMAGES']},{image_override(sandbox.registry_url or '')}",
         "LLAMA_SERVER_SOURCE": str(source.path),
         "SMOLLM2_NAMESPACE": ns,
-        "SMOLLM2_GOLDEN": str(golden),
         "SMOLLM2_CANDIDATE_TAG": tag,
     }
 
@@ -119,6 +119,17 @@ class Moved:
 Move = Callable[[Path, str], Moved]
 
 
+def _spec_beside(golden: Path, out: Path) -> Path:
+    """The smollm2 spec and manifest copied into `out` with the golden recorded for this
+    run beside them, under the name the spec defaults to: a spec names only files of
+    its own tree, and a golden recorded in a temporary directory is in none."""
+    out.mkdir(parents=True, exist_ok=True)
+    for name in ("handoff-q4.yaml", "smollm2-q4.yaml"):
+        shutil.copyfile(MANIFESTS / name, out / name)
+    shutil.copyfile(golden, out / "smollm2-f16.golden.json")
+    return out / "handoff-q4.yaml"
+
+
 @pytest.fixture
 def move(
     sandbox: SandboxState,
@@ -126,16 +137,16 @@ def move(
     live_f16: str,
     llama_source: SourceRepo,
     handoff_env: dict[str, str],
+    tmp_path: Path,
 ) -> Move:
     """``move(golden, tag)``: the smollm2 handoff to the image ``tag`` under client load."""
 
     def run(golden: Path, tag: str) -> Moved:
-        env = _spec_env(handoff_env, sandbox, llama_source, live_f16, golden, tag)
+        env = _spec_env(handoff_env, sandbox, llama_source, live_f16, tag)
+        spec_file = _spec_beside(golden, tmp_path / f"spec-{tag}")
         url = "http://" + address_of(sandbox.run_dir, live_f16, "smollm2", 80)
         with ClientLoad(url, streams=2, max_tokens=4) as load:
-            result = run_handoff(
-                MANIFESTS / "handoff-q4.yaml", env, "--auto-approve", timeout_s=600
-            )
+            result = run_handoff(spec_file, env, "--auto-approve", timeout_s=600)
         svc = service(kube, live_f16, "smollm2")
         return Moved(result, load, svc.spec.selector, parse_ledger(svc.metadata.annotations))
 
