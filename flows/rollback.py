@@ -242,10 +242,17 @@ def _move_selector(kube: Kube, spec: HandoffSpec, ledger: Ledger, target: dict[s
 
 
 def _written_by(ledger: Ledger, selector: dict[str, str]) -> bool:
-    """The selector is one this handoff found or wrote: the one before it, its pin, or
-    one of the candidate's (they all name its revision)."""
-    return selector in (ledger.snapshot.selector, ledger.pin) or (
-        ledger.revision is not None and selector.get(REVISION_LABEL) == ledger.revision
+    """The selector is one this handoff found or wrote: the one before it, a pin of it to
+    one pod-template-hash (the plan's, or the one a rollback reads afresh), or one of
+    the candidate's (they all name its revision)."""
+    pinned = "pod-template-hash" in selector and selector == {
+        **ledger.snapshot.selector,
+        "pod-template-hash": selector["pod-template-hash"],
+    }
+    return (
+        pinned
+        or selector in (ledger.snapshot.selector, ledger.pin)
+        or (ledger.revision is not None and selector.get(REVISION_LABEL) == ledger.revision)
     )
 
 

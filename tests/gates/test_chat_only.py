@@ -45,8 +45,13 @@ def test_latency_over_chat_streams(model_server: StartServer) -> None:
         update={"levels": [1], "rounds": 3, "max_tokens": 8, "bootstrap_resamples": 200}
     )
     result = run_latency(server.url, server.url, settings)
-    assert result.passed is not None, result.reason  # measured: a verdict, whichever it is
+    # Measured, whatever the verdict (no verdict too: on a loaded machine an interval may
+    # span a margin): both sides answered over chat at every level.
+    assert result.figures is not None and result.figures.levels, result.reason
     assert all(level.candidate.n_ok > 0 for level in result.figures.levels), result.reason
+    assert all(
+        level.baseline is not None and level.baseline.n_ok > 0 for level in result.figures.levels
+    ), result.reason
 
 
 def test_completions_latency_on_a_chat_only_server_says_what_to_do(

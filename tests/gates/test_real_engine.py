@@ -177,7 +177,8 @@ def test_cli_golden_and_every_gate_on_the_real_server(llamacpp: ServerPool, tmp_
             *("--settings", str(settings), "--json"),
         ],
     )
-    assert latency.exit_code in (0, 1), latency.output  # a verdict, not an error
+    # Measured, not an error: a verdict, or (exit 2) no verdict over measured levels.
+    assert latency.exit_code in (0, 1, 2), latency.output
     level = json.loads(latency.output)["figures"]["levels"][0]
     assert level["candidate"]["n_failed"] == level["baseline"]["n_failed"] == 0
 

@@ -24,6 +24,7 @@ from flows import drift
 from flows.apply import apply_at_zero
 from flows.kube.client import Kube
 from flows.kube.wait import wait_rolled_out
+from flows.kube.write import SelectorEdited
 from flows.plan import PlanRefused, make_plan
 from flows.render import TWIN_SUFFIX
 from flows.rollback import rollback
@@ -40,19 +41,29 @@ from tests.world import load_spec_as_run, service, spec_in
     allow=("I1",),
     services=("coder-predictor",),
 )
-def test_the_pin_is_computed_from_the_service_as_it_is_now(
+@pytest.mark.invariants(
+    reason="a person's selector that selects no pod is left as the person set it",
+    allow=("I1", "I3"),
+    services=("coder-predictor",),
+)
+def test_a_pin_is_never_written_over_a_selector_a_person_set_after_the_plan(
     kube: Kube, seeded: str, spare_gpus: str, handoff_env: dict[str, str], tmp_path: Path
 ) -> None:
     spec = load_spec_as_run(spec_in(seeded, "coder-14b-fp16", tmp_path), handoff_env)
     plan = make_plan(kube, spec)
     assert plan.pin_live_selector, "the twin's pods match the live selector: it must be pinned"
     run = start_or_resume(kube, spec, plan, run_id="pin-test")
-    # Someone edits the Service between the plan and the pin.
+    # Someone edits the Service between the plan and the pin: the pin was decided from
+    # another selector, so it is not written over the person's (I5).
     kube.core.patch_namespaced_service(
         "coder-predictor", seeded, {"spec": {"selector": {"tier": "serving"}}}
     )
-    apply_at_zero(run, None)
-    assert service(kube, seeded, "coder-predictor").spec.selector == plan.pin_live_selector
+    edited = service(kube, seeded, "coder-predictor").spec.selector
+    with pytest.raises(SelectorEdited, match="someone else changed it"):
+        apply_at_zero(run, None)
+    assert service(kube, seeded, "coder-predictor").spec.selector == edited
+    applied = kube.apps.list_namespaced_deployment(seeded).items
+    assert not [d for d in applied if d.metadata.name.endswith(TWIN_SUFFIX)], "applied anyway"
 
 
 def _wait_live_pods_gone(kube: Kube, namespace: str) -> None:
