@@ -10,37 +10,20 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-import yaml
 
 from flows import lease as lease_module
 from flows.kube import write
-from flows.kube.client import Kube, KubeUnavailable, connect
+from flows.kube.client import Kube, KubeUnavailable
 from flows.lease import LeaseLost, ServiceLease, lease_name
-from sandbox import controlplane
-from tests.kube.faultproxy import Fault, Faults, fault_proxy
+from tests.kube.faultproxy import Fault, Faults
+from tests.kube.test_retry import faulty
 from tests.lease.test_lease import SERVICE, admin, ns, plane
 
-__all__ = ["admin", "ns", "plane"]  # the control plane fixtures, shared
+__all__ = ["admin", "faulty", "ns", "plane"]  # the control plane fixtures, shared
 pytestmark = pytest.mark.timeout(300)
 LEASE_S = 6
-
-
-@pytest.fixture
-def faulty(plane: controlplane.ControlPlane, tmp_path: Path) -> Iterator[tuple[Kube, Faults]]:
-    """A client of the control plane whose every request passes the fault proxy."""
-    with fault_proxy(plane.server, ca=plane.ca_crt) as (url, faults):
-        config = yaml.safe_load(plane.kubeconfig.read_text())
-        for cluster in config["clusters"]:
-            cluster["cluster"] = {"server": url}
-        kubeconfig = tmp_path / "through-proxy.kubeconfig"
-        kubeconfig.write_text(yaml.safe_dump(config))
-        kube = connect(kubeconfig)
-        yield kube, faults
-        kube.close()
 
 
 @pytest.fixture(autouse=True)
