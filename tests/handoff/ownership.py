@@ -18,10 +18,11 @@ from flows.kube.wait import wait_rolled_out
 from flows.ledger import parse_ledger
 from flows.render import compute_revision, load_manifest, render_candidate
 from flows.spec import HandoffSpec, load_spec
+from flows.swap import settle_data_plane
 from sandbox.kubectl import kubectl_apply
 from sandbox.seed import World, before_state_documents
 from sandbox.state import SandboxState
-from tests.world import service
+from tests.world import service, wait_until
 
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 # What the users' GPTQ Deployment had and the fp16 candidate manifest does not.
@@ -90,6 +91,22 @@ def users_changed_the_coder(
     assert "kubectl-client-side-apply" in {m.manager for m in live.metadata.managed_fields}
     kubectl_apply(sandbox.kubeconfig, [_users_coder(world, namespace)])
     wait_rolled_out(kube, namespace, "candle-vllm", deadline_s=120)
+    old_pods_gone_from_the_data_plane(kube, namespace, "candle-vllm")
+
+
+def old_pods_gone_from_the_data_plane(kube: Kube, namespace: str, name: str) -> None:
+    """A finished rollout still has old pods terminating, and a proxy routes to them
+    until its next sync: clients of the users' own rollout would fail, not the handoff's.
+    Wait until those pods are gone, then for the proxies to apply it."""
+    selector = kube.apps.read_namespaced_deployment(name, namespace).spec.selector.match_labels
+    labels = ",".join(f"{k}={v}" for k, v in selector.items())
+
+    def none_terminating() -> bool:
+        pods = kube.core.list_namespaced_pod(namespace, label_selector=labels).items
+        return not any(p.metadata.deletion_timestamp for p in pods)
+
+    wait_until(none_terminating, timeout_s=120, what=f"old pods of {namespace}/{name} to stop")
+    settle_data_plane()
 
 
 def assert_runs_exactly_the_candidate(
