@@ -84,6 +84,8 @@ def server_argv(
         faults.append("crash_on_start")
     if rule.surface != "openai":
         argv += ["--surface", rule.surface]
+    # A request's simulated duration (sandbox_duration_s) runs on the cluster's clock.
+    argv += ["--delay-scale", str(cluster.time_scale)]
     cold_start_s = str(rule.cold_start_s * cluster.time_scale)
     if rule.cold_start_s and rule.surface == "candle-vllm":  # loads before it listens
         argv += ["--load-s", cold_start_s]

@@ -38,6 +38,12 @@ def model_server(
     cadence_ms: Annotated[
         float | None, typer.Option(help="interval of the cadence profile")
     ] = None,
+    metrics: Annotated[
+        str | None, typer.Option(help="/metrics dialect: vllm, llamacpp or none")
+    ] = None,
+    delay_scale: Annotated[
+        float, typer.Option(help="real seconds per simulated second a request asks to last")
+    ] = 1.0,
     realtime: Annotated[bool, typer.Option(help="SCHED_FIFO pacing threads if permitted")] = True,
     print_config: Annotated[
         bool, typer.Option(help="print the resolved configuration as JSON and exit")

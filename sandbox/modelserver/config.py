@@ -6,6 +6,7 @@ from pathlib import Path
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, model_validator
 
+from sandbox.modelserver.api.metrics import MetricsDialect
 from sandbox.modelserver.faults import Fault
 from sandbox.modelserver.profiles import PROFILES, Profile
 from sandbox.modelserver.surface import Surface
@@ -31,6 +32,14 @@ class ServerConfig(BaseModel):
     keep_alive_ms: float | None = Field(None, gt=0, description="SSE comment after this idle")
     max_num_seqs: int | None = Field(None, ge=1, description="overrides the profile's cap")
     cadence_ms: float | None = Field(None, gt=0, description="interval of the cadence profile")
+    metrics: MetricsDialect | None = Field(
+        None,
+        description="/metrics dialect: vllm, llamacpp or none; by default vllm, none "
+        "with the candle-vllm surface (its router has no such route)",
+    )
+    delay_scale: float = Field(
+        1.0, gt=0, description="real seconds per simulated second a request asks to last"
+    )
     realtime: bool = Field(
         True, description="SCHED_FIFO for the pacing threads when the OS permits (less jitter)"
     )
@@ -54,6 +63,11 @@ class ServerConfig(BaseModel):
         if self.cadence_ms and base.batching == "cadence":
             changes["step_ms_1"] = changes["step_ms_16"] = self.cadence_ms
         return base.model_copy(update=changes)
+
+    def metrics_dialect(self) -> MetricsDialect:
+        if self.metrics is not None:
+            return self.metrics
+        return "none" if self.surface == "candle-vllm" else "vllm"
 
     def has(self, fault: Fault) -> bool:
         return fault in self.faults

@@ -58,7 +58,7 @@ async def _serve(config: ServerConfig, spec: ModelSpec, sock: socket.socket) -> 
     runtime = _runtime(config, spec, pacer)
     profile = config.resolved_profile()
     served = Served(profile.model_id, profile.max_model_len)
-    handler = build_handler(runtime, served, config.surface)
+    handler = build_handler(runtime, served, config.surface, config.metrics_dialect())
     host, port = sock.getsockname()[:2]
     runtime.engine.start()
     _quiet_gc()
@@ -91,7 +91,13 @@ def _runtime(config: ServerConfig, spec: ModelSpec, pacer: Pacer) -> Runtime:
     )
     keep_alive_s = None if config.keep_alive_ms is None else config.keep_alive_ms / 1000
     lifecycle = Lifecycle(cold_start_ns=int(cold_start_s * 1e9))
-    return Runtime(engine, lifecycle, GroundTruth(config.ground_truth), keep_alive_s)
+    return Runtime(
+        engine,
+        lifecycle,
+        GroundTruth(config.ground_truth),
+        keep_alive_s,
+        delay_scale=config.delay_scale,
+    )
 
 
 def _load(config: ServerConfig) -> None:

@@ -8,11 +8,14 @@ Completions and chat share this path; their differences live in the renderers.
 from __future__ import annotations
 
 import asyncio
+import collections
 import json
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 
 from sandbox.modelserver.api.groundtruth import GroundTruth, RequestTiming
 from sandbox.modelserver.api.lifecycle import Lifecycle
+from sandbox.modelserver.api.metrics import ServerMetrics
 from sandbox.modelserver.api.plans import Generation
 from sandbox.modelserver.engine.engine import Engine
 from sandbox.modelserver.engine.sequence import Event, TokenEvent
@@ -31,6 +34,8 @@ class Runtime:
     lifecycle: Lifecycle
     ground_truth: GroundTruth
     keep_alive_s: float | None
+    metrics: ServerMetrics = field(default_factory=ServerMetrics)
+    delay_scale: float = 1.0  # real seconds per simulated second a request asks to last
 
 
 def _json(obj: object) -> bytes:
@@ -42,10 +47,15 @@ class GenerationRun:
         self.gen, self.rt, self.ex, self.t_recv_ns = gen, rt, ex, t_recv_ns
         self.stamps: list[int] = []
         self.tokens: list[TokenOut] = []
+        self.token_ns: list[int] = []  # when each token came from the engine (TPOT)
         self.opened = False
         self.closed = False
         self._keep_alive: asyncio.TimerHandle | None = None
+        self._held: collections.deque[Event] = collections.deque()
+        self._hold_ns = int(gen.duration_s * rt.delay_scale * 1e9)
+        self._events = 0
         rt.lifecycle.enter()
+        rt.metrics.submitted(len(gen.request.prompt))
         ex.on_lost = self._lost
         if gen.stream:
             ex.start_stream("text/event-stream")
@@ -53,10 +63,31 @@ class GenerationRun:
         self.seq = rt.engine.submit(gen.request, self.on_event)
 
     def on_event(self, event: Event) -> None:
+        """Each event as it comes, or, for a generation asked to last `duration_s`, at its
+        share of that time (the last one at its end), in order."""
+        if self.closed or not self._hold_ns:
+            self._handle(event)
+            return
+        self._events += 1
+        share = (
+            1.0 if event.finish_reason is not None else self._events / self.gen.request.max_tokens
+        )
+        due_ns = self.t_recv_ns + int(self._hold_ns * min(share, 1.0))
+        self._held.append(event)
+        delay_s = max(0.0, (due_ns - time.monotonic_ns()) / 1e9)
+        asyncio.get_running_loop().call_later(delay_s, self._release)
+
+    def _release(self) -> None:
+        self._handle(self._held.popleft())
+
+    def _handle(self, event: Event) -> None:
         if self.closed:
             return
         if isinstance(event, TokenEvent):
+            if not self.tokens:
+                self.rt.metrics.first_token((time.monotonic_ns() - self.t_recv_ns) / 1e9)
             self.tokens.append(event.token)
+            self.token_ns.append(time.monotonic_ns())
         if self.gen.stream:
             self._stream(event)
         elif event.finish_reason is not None:
@@ -110,6 +141,9 @@ class GenerationRun:
         if self._keep_alive is not None:
             self._keep_alive.cancel()
         self.rt.lifecycle.leave()
+        self.rt.metrics.ended(
+            started=bool(self.tokens), reason=finish_reason, stamps_ns=self.token_ns
+        )
         self.rt.ground_truth.record(
             RequestTiming(
                 id=self.gen.renderer.id,

@@ -49,6 +49,7 @@ class Generation:
     renderer: Renderer
     stream: bool
     include_usage: bool
+    duration_s: float = 0.0  # simulated seconds the generation lasts at least
 
 
 def plan_completion(body: CompletionRequest, served: Served, t_recv_ns: int) -> Generation:
@@ -73,7 +74,7 @@ def plan_completion(body: CompletionRequest, served: Served, t_recv_ns: int) -> 
         prompt_logprobs=k if wants_prompt_logprobs else None,
         submitted_ns=t_recv_ns,
     )
-    return Generation(request, renderer, body.stream, body.include_usage)
+    return Generation(request, renderer, body.stream, body.include_usage, body.sandbox_duration_s)
 
 
 def plan_chat(body: ChatRequest, served: Served, t_recv_ns: int) -> Generation:
@@ -101,7 +102,7 @@ def plan_chat(body: ChatRequest, served: Served, t_recv_ns: int) -> Generation:
         prompt_logprobs=None,
         submitted_ns=t_recv_ns,
     )
-    return Generation(request, renderer, body.stream, body.include_usage)
+    return Generation(request, renderer, body.stream, body.include_usage, body.sandbox_duration_s)
 
 
 def _prompt_ids(prompt: str | list[int]) -> tuple[int, ...]:

@@ -30,6 +30,10 @@ class _Common(BaseModel):
     stream_options: StreamOptions | None = None
     ignore_eos: bool = False
     return_tokens_as_token_ids: bool = False
+    # A sandbox extension: the generation lasts at least this many simulated seconds (its
+    # tokens spread over them; the server's delay scale maps them to real time), so a test
+    # can hold a long generation open across a swap without waiting minutes.
+    sandbox_duration_s: float = Field(0.0, ge=0.0)
 
     @property
     def include_usage(self) -> bool:

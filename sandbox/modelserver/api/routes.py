@@ -1,5 +1,6 @@
 """The HTTP surface: OpenAI-compatible endpoints plus /health, /debug/probes and /v1/heads,
-or candle-vllm's few routes (sandbox.modelserver.surface)."""
+or candle-vllm's few routes (sandbox.modelserver.surface), and /metrics in the dialect the
+server speaks (sandbox.modelserver.api.metrics)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from typing import Any
 
 from sandbox.modelserver.api.errors import ApiError, error_body
 from sandbox.modelserver.api.generate import GenerationRun, Runtime
+from sandbox.modelserver.api.metrics import MetricsDialect
 from sandbox.modelserver.api.plans import Served, plan_chat, plan_completion
 from sandbox.modelserver.api.requests import ChatRequest, CompletionRequest, PromptRequest, parse
 from sandbox.modelserver.httpd.exchange import Exchange
@@ -26,10 +28,17 @@ Route = Callable[[Exchange], Awaitable[None]]
 class Api:
     """One handler per route; `handle` dispatches and turns errors into OpenAI-style bodies."""
 
-    def __init__(self, rt: Runtime, served: Served, surface: Surface = "openai") -> None:
+    def __init__(
+        self,
+        rt: Runtime,
+        served: Served,
+        surface: Surface = "openai",
+        metrics: MetricsDialect = "vllm",
+    ) -> None:
         self.rt = rt
         self.served = served
         self.surface = surface
+        self.metrics_dialect = metrics
         self.created = int(time.time())
         routes: dict[str, dict[str, Route]] = {
             "/v1/models": {"GET": self.models},
@@ -40,6 +49,8 @@ class Api:
             "/v1/heads": {"POST": self.heads},
         }
         self.routes = {path: m for path, m in routes.items() if routed(surface, path)}
+        if metrics != "none":
+            self.routes["/metrics"] = {"GET": self.metrics}
 
     async def handle(self, ex: Exchange) -> None:
         try:
@@ -56,6 +67,12 @@ class Api:
             traceback.print_exc(file=sys.stderr)
             if not ex.started:
                 ex.respond(500, error_body(ApiError(500, f"internal error: {exc!r}")))
+        if ex.status is not None and ex.head.path in self.routes:
+            self.rt.metrics.answered(ex.head.path, ex.head.method, ex.status)
+
+    async def metrics(self, ex: Exchange) -> None:
+        body = self.rt.metrics.render(self.metrics_dialect, self.served.model_id)
+        ex.respond(200, body, content_type="text/plain; version=0.0.4; charset=utf-8")
 
     async def models(self, ex: Exchange) -> None:
         self.rt.lifecycle.check_serving(last=ex.last)
@@ -100,8 +117,10 @@ class Api:
             return await asyncio.wrap_future(self.rt.engine.link.readout(kind, tokens))
 
 
-def build_handler(rt: Runtime, served: Served, surface: Surface = "openai") -> Handler:
-    return Api(rt, served, surface).handle
+def build_handler(
+    rt: Runtime, served: Served, surface: Surface = "openai", metrics: MetricsDialect = "vllm"
+) -> Handler:
+    return Api(rt, served, surface, metrics).handle
 
 
 class Unrouted(ApiError):

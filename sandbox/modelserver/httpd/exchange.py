@@ -31,10 +31,12 @@ class Exchange:
         # Served during a drain on a connection opened before it: answered as usual, with
         # `connection: close`, and the connection ends after it.
         self.last = False
+        self.status: int | None = None  # once a response has begun
 
     def respond(
         self, status: int, body: bytes, content_type: str | None = "application/json"
     ) -> int:
+        self.status = status
         headers = [("content-type", content_type)] if content_type else []
         headers.append(("content-length", str(len(body))))
         headers += self._connection_header()
@@ -43,6 +45,7 @@ class Exchange:
         return stamp
 
     def start_stream(self, content_type: str) -> None:
+        self.status = 200
         headers = [("content-type", content_type), ("cache-control", "no-cache")]
         headers += [("transfer-encoding", "chunked"), *self._connection_header()]
         self._write(response_head(200, headers))
