@@ -160,7 +160,7 @@ def finish(run: HandoffRun, trigger: Trigger | None) -> HandoffRecord:
         flow_run_id=_run_id(),
         changed=run.nothing_to_do is None,
     )
-    record(run.kube, run.spec, entry, ledger)
+    record(run.kube, run.spec, entry, ledger, pinned.fixes if pinned else ())
     key = f"handoff-{run.spec.service}"
     create_markdown_artifact(
         record_markdown(entry, gates),

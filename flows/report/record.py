@@ -8,6 +8,7 @@ the flow also stores it as Prefect artifacts. `handoff history` reads both.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from pydantic import BaseModel, Field
@@ -16,12 +17,15 @@ from flows.kube import read, write
 from flows.kube.client import Kube
 from flows.ledger import (
     HISTORY_ANNOTATION,
+    HISTORY_KEEP,
     TERMINAL,
     Ledger,
     appended_history,
     history_entries,
     parse_ledger,
 )
+from flows.provenance import FixEvidence
+from flows.report.attest import BundleRef, publish
 from flows.report.timeline import StepSpan
 from flows.spec import HandoffSpec
 
@@ -52,6 +56,7 @@ class HandoffRecord(BaseModel):
     approvals: list[dict[str, Any]] = Field(default_factory=list)
     evidence_sha256: str | None = None
     trigger: Trigger = Trigger()
+    evidence_bundle: BundleRef | None = Field(None, description="flows/report/attest.py")
     durations_s: dict[str, float] = Field(default_factory=dict)
     steps: list[StepSpan] = Field(default_factory=list, description="for the timeline")
     ready_endpoints: list[tuple[float, int]] = Field(
@@ -77,11 +82,29 @@ class HandoffRecord(BaseModel):
         return self.model_dump(exclude={"gate_figures"}, exclude_none=True)
 
 
-def record(kube: Kube, spec: HandoffSpec, entry: HandoffRecord, ledger: Ledger | None) -> None:
-    """Append the record to the Service's history and announce it with an Event."""
+def record(
+    kube: Kube,
+    spec: HandoffSpec,
+    entry: HandoffRecord,
+    ledger: Ledger | None,
+    fixes: Sequence[FixEvidence] = (),
+) -> None:
+    """Store the evidence bundle, append the record (with the bundle's digest) to the
+    Service's history and announce it with an Event."""
     where = f"Service {spec.namespace}/{spec.service}"
 
     def changes(annotations: dict[str, str]) -> dict[str, str | None] | None:
+    earlier = history_entries(read.read_service(kube, spec.namespace, spec.service).annotations)
+    if not any(
+        e.get("handoff_id") == entry.handoff_id and e.get("outcome") == entry.outcome
+        for e in earlier
+    ):  # a record already written keeps the bundle it names
+        kept = {
+            str(e["evidence_bundle"].get("key"))
+            for e in earlier[-(HISTORY_KEEP - 1) :]
+            if isinstance(e.get("evidence_bundle"), dict)
+        }
+        entry.evidence_bundle = publish(kube, spec, entry.model_dump(), fixes, kept=kept)
         recorded = any(
             e.get("handoff_id") == entry.handoff_id and e.get("outcome") == entry.outcome
             for e in history_entries(annotations, where=where)
