@@ -112,21 +112,48 @@ def approve(
     approver: Annotated[str, typer.Option(help="Your name, recorded with the handoff.")],
     reason: Annotated[str, typer.Option(help="Why.")] = "",
     reject: Annotated[bool, typer.Option("--reject", help="Reject instead of approving.")] = False,
+    key: Annotated[
+        Path | None,
+        typer.Option(
+            help="Your Ed25519 private key (`handoff keygen`): signs the answer, as a spec "
+            "that lists approvers requires."
+        ),
+    ] = None,
 ) -> None:
-    """Answer a paused handoff's approval from the command line (the UI's form does the same)."""
+    """Answer a paused handoff's approval from the command line (the UI's form does the same,
+    unsigned)."""
     from uuid import UUID
 
     from prefect.flow_runs import resume_flow_run
 
     decision = "reject" if reject else "approve"
     _require_prefect()
+    answer = {"approver": approver, "decision": decision, "reason": reason}
     try:
-        resume_flow_run(
-            UUID(run_id), run_input={"approver": approver, "decision": decision, "reason": reason}
-        )
+        if key is not None:
+            answer["signature"] = _signature(run_id, key, answer)
+        resume_flow_run(UUID(run_id), run_input=answer)
     except Exception as exc:
         raise _fail(f"could not resume flow run {run_id}: {exc}", 2) from None
-    console.print(f"{decision}d flow run {run_id} as {approver}")
+    signed = " (signed)" if key is not None else ""
+    console.print(f"{decision}d flow run {run_id} as {approver}{signed}")
+
+
+def _signature(run_id: str, key: Path, answer: dict[str, str]) -> str:
+    """The answer signed for the pause the run waits at now."""
+    from uuid import UUID
+
+    from prefect.client.orchestration import get_client
+
+    from flows.approval_identity import Answer, sign_answer
+
+    with get_client(sync_client=True) as client:
+        state = client.read_flow_run(UUID(run_id)).state
+    pause = state.state_details.pause_key if state and state.is_paused() else None
+    if not pause:
+        where = state.type.value if state else "no state"
+        raise ValueError(f"flow run {run_id} is not paused ({where}): there is nothing to sign")
+    return sign_answer(key, Answer(flow_run=run_id, pause=pause, **answer))
 
 
 def rollback(

@@ -5,7 +5,9 @@ The form shows what is to be approved (the plan, or the gates' evidence) and its
 hash; the response (approver, decision, reason) is stored by Prefect with the run,
 and every answer (who, when, what, the hash of what they were shown) is appended
 to the ledger's approvals. A rerun that already passed approval does not ask again.
-Prefect OSS has no user identity, so the approver types their name.
+Prefect OSS has no user identity, so the approver types their name; a spec that lists
+its approvers takes only approvals signed with their keys (flows.approval_identity), and
+each record says how its name was established.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from prefect.exceptions import FlowPauseTimeout
 from prefect.flow_runs import pause_flow_run
 from prefect.input import RunInput
 
+from flows.approval_identity import Answer, Identity, establish
 from flows.errors import ApprovalRejected
 from flows.ledger import ApprovalRecord, Phase
 from flows.ledger_store import now_iso
@@ -27,6 +30,11 @@ from flows.run import HandoffRun
 
 AUTO_APPROVER = "auto-approve"
 POLL_S = 2
+_NO_AUTO = (
+    "--auto-approve refused: the spec lists approvers (approval.approvers), so only an "
+    "approval signed by one of them lets the handoff go on; run without --auto-approve "
+    "and answer with `handoff approve RUN_ID --approver NAME --key FILE`"
+)
 
 
 class Approval(RunInput):
@@ -35,6 +43,7 @@ class Approval(RunInput):
     approver: str
     decision: Literal["approve", "reject"] = "approve"
     reason: str = ""
+    signature: str = ""  # base64 Ed25519 over the answer: `handoff approve --key`
 
 
 class ApprovalTimedOut(ApprovalRejected):
@@ -61,16 +70,21 @@ def request_approval(
     auto-approval records that it approved over them."""
     if run.reached(phase):
         return Approval(approver=run.ledger.approver or AUTO_APPROVER, reason="approved earlier")
-    if auto or not (run.spec.approval.required or undecided):
+    asked = auto is False and (run.spec.approval.required or bool(undecided))
+    if auto and run.spec.approval.approvers:
+        answer = Approval(approver=AUTO_APPROVER, decision="reject", reason=_NO_AUTO)
+        identity = Identity(verified=False, how="--auto-approve, refused")
+    elif not asked:
         over = f", over gates without a verdict: {', '.join(undecided)}" if undecided else ""
         answer = Approval(
             approver=AUTO_APPROVER,
             reason=("--auto-approve" if auto else "approval not required by the spec") + over,
         )
+        identity = Identity(verified=False, how="no person: " + answer.reason)
     else:
         timeout = (run.spec.approval.timeout_s if timeout_s is None else timeout_s, timeout_setting)
         _tell_approver(run, what=what, brief=brief, seconds=timeout[0])
-        answer = _ask(run, what=what, summary=summary, timeout=timeout)
+        answer, identity = _ask(run, what=what, summary=summary, timeout=timeout)
     kept = ApprovalRecord(
         approver=answer.approver,
         decision=answer.decision,
@@ -78,6 +92,7 @@ def request_approval(
         what=what,
         evidence_sha256=evidence_sha256 or hashlib.sha256(summary.encode()).hexdigest(),
         at=now_iso(),
+        identity=identity.how,
     )
     approvals = [*run.ledger.approvals, kept]
     if answer.decision != "approve":
@@ -105,8 +120,13 @@ def _tell_approver(run: HandoffRun, *, what: str, brief: str, seconds: float) ->
     )
 
 
-def _ask(run: HandoffRun, *, what: str, summary: str, timeout: tuple[float, str]) -> Approval:
-    """Pause with the form; during an outage its description carries a running clock."""
+def _ask(
+    run: HandoffRun, *, what: str, summary: str, timeout: tuple[float, str]
+) -> tuple[Approval, Identity]:
+    """Pause with the form (during an outage its description carries a running clock);
+    the answer, and how its approver's name was established. An approval whose name the
+    spec's approvers do not vouch for becomes a rejection; a rejection stands whoever
+    gives it, since stopping is always safe."""
     seconds, setting = timeout
     clock = run.outage if run.outage is not None and run.outage.running else None
 
@@ -130,8 +150,21 @@ def _ask(run: HandoffRun, *, what: str, summary: str, timeout: tuple[float, str]
             f"{what}: nobody approved within {seconds:g} s ({setting} in the spec)"
         ) from exc
     if not answer.approver.strip():
-        return answer.model_copy(update={"decision": "reject", "reason": "no approver named"})
-    return answer
+        answer = answer.model_copy(update={"decision": "reject", "reason": "no approver named"})
+    from prefect.runtime import flow_run
+
+    signed = Answer(
+        flow_run=str(flow_run.id),
+        pause=key,
+        decision=answer.decision,
+        approver=answer.approver,
+        reason=answer.reason,
+    )
+    identity = establish(run.spec.approval.approvers, signed, answer.signature)
+    if answer.decision == "approve" and run.spec.approval.approvers and not identity.verified:
+        refused = f"approval by {answer.approver!r} refused: {identity.how}"
+        answer = answer.model_copy(update={"decision": "reject", "reason": refused})
+    return answer, identity
 
 
 def phase_key(what: str) -> str:

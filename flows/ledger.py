@@ -122,6 +122,9 @@ class ApprovalRecord(BaseModel):
     what: str = Field(description="what was approved: the plan, the handoff after the gates")
     evidence_sha256: str = Field(description="hash of exactly what the approver was shown")
     at: str
+    identity: str | None = Field(
+        None, description="how the approver's name was established: signed, or typed"
+    )
 
 
 class OutageRecord(BaseModel):

@@ -23,6 +23,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    StringConstraints,
     ValidationError,
     field_validator,
 )
@@ -157,6 +158,12 @@ class ApprovalSpec(_Model):
         le=900,
         description="the most that look may take; it is part of the declared downtime, "
         "and expiry rolls back",
+    )
+    approvers: dict[Annotated[str, StringConstraints(min_length=1)], Path] = Field(
+        default_factory=dict,
+        description="name → Ed25519 public key file (in the spec's repository, as "
+        "`handoff keygen` writes it): only approvals signed with the named key count; "
+        "empty: typed names, recorded as not verified",
     )
 
 
@@ -389,4 +396,9 @@ def _absolute_paths(spec: HandoffSpec, path: Path, root: Path) -> HandoffSpec:
             }
         )
         gates = gates.model_copy(update={"task": task})
-    return spec.model_copy(update={"candidate": candidate, "gates": gates})
+    approvers = {
+        name: confined(f"approval.approvers.{name}", key)
+        for name, key in spec.approval.approvers.items()
+    }
+    approval = spec.approval.model_copy(update={"approvers": approvers})
+    return spec.model_copy(update={"candidate": candidate, "gates": gates, "approval": approval})

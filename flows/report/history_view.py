@@ -43,7 +43,10 @@ def approvers(entry: dict[str, Any]) -> list[str]:
     """The people who approved: a list of approvals, or the single approver of older records."""
     listed = entry.get("approvals") or []
     names = [
-        str(a.get("approver") or a.get("by") or "?") if isinstance(a, dict) else str(a)
+        str(a.get("approver") or a.get("by") or "?")
+        + (" (signed)" if str(a.get("identity") or "").startswith("signed") else "")
+        if isinstance(a, dict)
+        else str(a)
         for a in listed
     ]
     names = list(dict.fromkeys(names))  # one person approving twice (in place) is named once

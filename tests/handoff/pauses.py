@@ -112,14 +112,22 @@ class PausingRun:
         raise AssertionError(f"the handoff did not finish in {timeout_s:.0f} s")
 
     def answer(
-        self, env: dict[str, str], approver: str, reason: str, *, reject: bool = False
+        self,
+        env: dict[str, str],
+        approver: str,
+        reason: str,
+        *,
+        reject: bool = False,
+        key: Path | None = None,
     ) -> None:
-        """`handoff approve` as a person types it; done once it reports the run resumed
-        (on a loaded machine the process itself may take long to exit afterwards)."""
+        """`handoff approve` as a person types it (signed with `key`); done once it reports
+        the run resumed (on a loaded machine the process may take long to exit after)."""
         assert self.run_id
         args = ["approve", self.run_id, "--approver", approver, "--reason", reason]
+        args += ["--reject"] if reject else []
+        args += ["--key", str(key)] if key else []
         process = subprocess.Popen(
-            handoff_cli(*args, *(["--reject"] if reject else [])),
+            handoff_cli(*args),
             env=env,
             text=True,
             stdout=subprocess.PIPE,
