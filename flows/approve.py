@@ -116,8 +116,13 @@ def _tell_approver(run: HandoffRun, *, what: str, brief: str, seconds: float) ->
         f"Handoff `{run.ledger.handoff_id}` of Service `{run.spec.namespace}/"
         f"{run.spec.service}` ({run.plan.strategy}) waits at most {seconds:g} s for a "
         f"person to approve {what}.\n\n{brief}\n\nApprove or reject: {run_link(run_id)} "
-        f"(or `handoff approve {run_id} --approver NAME [--reject]`)",
+        f"(or `handoff approve {run_id} --approver NAME [--reject]{_key_hint(run)}`)",
     )
+
+
+def _key_hint(run: HandoffRun) -> str:
+    """Where the spec lists approvers, an approval counts only signed."""
+    return " --key FILE" if run.spec.approval.approvers else ""
 
 
 def _ask(
@@ -127,6 +132,8 @@ def _ask(
     the answer, and how its approver's name was established. An approval whose name the
     spec's approvers do not vouch for becomes a rejection; a rejection stands whoever
     gives it, since stopping is always safe."""
+    from prefect.runtime import flow_run
+
     seconds, setting = timeout
     clock = run.outage if run.outage is not None and run.outage.running else None
 
@@ -135,7 +142,13 @@ def _ask(
             f"## Approve {what}?\n\nHandoff `{run.ledger.handoff_id}` of Service "
             f"`{run.spec.namespace}/{run.spec.service}` ({run.plan.strategy}).\n\n"
             + (f"{clock.text()}\n\n" if clock else "")
-            + f"{summary}\n\nType your name, choose approve or reject, and give a reason."
+            + f"{summary}\n\n"
+            + (
+                "This spec takes only signed approvals: answer with `handoff approve "
+                f"{flow_run.id} --approver NAME --key FILE` (a rejection may come from here)."
+                if run.spec.approval.approvers
+                else "Type your name, choose approve or reject, and give a reason."
+            )
         )
 
     key = f"approve-{phase_key(what)}"
@@ -151,8 +164,6 @@ def _ask(
         ) from exc
     if not answer.approver.strip():
         answer = answer.model_copy(update={"decision": "reject", "reason": "no approver named"})
-    from prefect.runtime import flow_run
-
     signed = Answer(
         flow_run=str(flow_run.id),
         pause=key,
