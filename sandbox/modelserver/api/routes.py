@@ -51,6 +51,9 @@ class Api:
         self.routes = {path: m for path, m in routes.items() if routed(surface, path)}
         if metrics != "none":
             self.routes["/metrics"] = {"GET": self.metrics}
+        # A sandbox switch on every surface: from now on every Nth generation fails.
+        self.routes["/debug/faults"] = {"POST": self.faults}
+        self.fail_every, self._generations = 0, 0
 
     async def handle(self, ex: Exchange) -> None:
         try:
@@ -90,14 +93,31 @@ class Api:
         status = self.rt.lifecycle.status
         _respond_json(ex, {"status": status}, 200 if status == "ready" else 503)
 
+    async def faults(self, ex: Exchange) -> None:
+        """`{"fail_every": N}`: every Nth generation request from now on answers HTTP 500
+        (0 stops it), as a server that starts failing under real traffic would."""
+        every = _json_body(ex).get("fail_every", 0)
+        if not isinstance(every, int) or every < 0:
+            raise ApiError(400, f"fail_every must be a whole number >= 0, got {every!r}")
+        self.fail_every, self._generations = every, 0
+        _respond_json(ex, {"fail_every": every})
+
+    def _injected_failure(self) -> None:
+        if self.fail_every:
+            self._generations += 1
+            if self._generations % self.fail_every == 0:
+                raise ApiError(500, f"injected fault: every {self.fail_every}th request fails")
+
     async def completions(self, ex: Exchange) -> None:
         self.rt.lifecycle.check_serving(last=ex.last)
+        self._injected_failure()
         body = parse(CompletionRequest, _json_body(ex))
         plan = plan_completion(body, self.served, ex.received_ns)
         GenerationRun(plan, self.rt, ex, ex.received_ns)
 
     async def chat(self, ex: Exchange) -> None:
         self.rt.lifecycle.check_serving(last=ex.last)
+        self._injected_failure()
         body = parse(ChatRequest, _json_body(ex))
         GenerationRun(plan_chat(body, self.served, ex.received_ns), self.rt, ex, ex.received_ns)
 
