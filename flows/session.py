@@ -31,6 +31,7 @@ from flows.report.record import HandoffRecord, Trigger, record, recover
 from flows.report.timeline import ReadyEndpoints, Timeline
 from flows.run import HandoffRun
 from flows.slots import service_slot
+from flows.source_tree import SourceTree
 from flows.spec import HandoffSpec
 from flows.start import start_or_resume, unfinished
 
@@ -120,7 +121,9 @@ def _complete(progress: uuid.UUID, description: str) -> None:
         get_run_logger().warning("progress artifact %s not set to 100 %%: %s", progress, exc)
 
 
-def finish(run: HandoffRun, trigger: Trigger | None) -> HandoffRecord:
+def finish(
+    run: HandoffRun, trigger: Trigger | None, source: SourceTree | None = None
+) -> HandoffRecord:
     """Write the audit record to the Service and as Prefect artifacts."""
     ledger, gates, pinned = run.ledger, run.evidence, run.pinned
     entry = HandoffRecord(
@@ -142,6 +145,7 @@ def finish(run: HandoffRun, trigger: Trigger | None) -> HandoffRecord:
         approvals=[a.model_dump() for a in ledger.approvals],
         evidence_sha256=ledger.evidence_sha256,
         trigger=trigger or Trigger(),
+        source=source,
         durations_s=dict(run.timings),
         steps=list(run.spans),
         ready_endpoints=run.ready.samples() if run.ready else [],

@@ -27,6 +27,7 @@ from flows.ledger import (
 from flows.provenance import FixEvidence
 from flows.report.attest import BundleRef, publish
 from flows.report.timeline import StepSpan
+from flows.source_tree import SourceTree
 from flows.spec import HandoffSpec
 
 
@@ -56,6 +57,7 @@ class HandoffRecord(BaseModel):
     approvals: list[dict[str, Any]] = Field(default_factory=list)
     evidence_sha256: str | None = None
     trigger: Trigger = Trigger()
+    source: SourceTree | None = Field(None, description="the commit and files that ran")
     evidence_bundle: BundleRef | None = Field(None, description="flows/report/attest.py")
     durations_s: dict[str, float] = Field(default_factory=dict)
     steps: list[StepSpan] = Field(default_factory=list, description="for the timeline")
