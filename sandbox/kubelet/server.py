@@ -1,4 +1,5 @@
-"""The kubelet's HTTPS API as the apiserver dials it: container logs and port-forward.
+"""The kubelet's HTTPS API as the apiserver dials it: container logs, port-forward and
+exec (of the one command a simulated container has: sandbox.kubelet.streaming.exec_ws).
 
 TLS with the kubelet's serving certificate; every client must present a certificate
 signed by the sandbox CA (the apiserver presents apiserver-kubelet-client.crt). The
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 from sandbox.certs import Pki
 from sandbox.kubelet.streaming import http
 from sandbox.kubelet.streaming.containerlogs import serve_container_logs
+from sandbox.kubelet.streaming.exec_ws import serve_exec
 from sandbox.kubelet.streaming.podport import pod_port_opener
 from sandbox.kubelet.streaming.portforward_spdy import serve_spdy
 from sandbox.kubelet.streaming.portforward_ws import (
@@ -122,8 +124,32 @@ class _Handler:
                 "POST",
             ):
                 await self._port_forward(request, reader, writer, namespace, pod, "".join(uid))
+            case ("exec", namespace, pod, *rest) if len(rest) in (1, 2) and request.method in (
+                "GET",
+                "POST",
+            ):
+                await self._exec(request, writer, namespace, pod, rest[-1])
             case _:
                 await http.send_text(writer, 404, "404 page not found\n")
+
+    async def _exec(
+        self,
+        request: http.Request,
+        writer: asyncio.StreamWriter,
+        namespace: str,
+        pod: str,
+        container: str,
+    ) -> None:
+        found = self._table.lookup(namespace, pod)
+        running = found.containers.get(container) if found is not None else None
+        if found is None or running is None or not running.running:
+            what = "pod does not exist" if found is None else f"container not found ({container!r})"
+            await http.send_text(writer, 404, what)
+            return
+        if not is_websocket_request(request):
+            await http.send_text(writer, 400, "exec needs a websocket upgrade (v4.channel.k8s.io)")
+            return
+        await serve_exec(request, writer, pod_ip=found.pod_ip, ports=running.ports)
 
     async def _port_forward(
         self,

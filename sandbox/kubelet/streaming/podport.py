@@ -12,6 +12,8 @@ import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
 
+from sandbox.kubelet.streaming import procnet
+
 StreamPair = tuple[asyncio.StreamReader, asyncio.StreamWriter]
 _READ_BYTES = 64 * 1024
 
@@ -31,11 +33,13 @@ def pod_port_opener(local_port: Callable[[int], int | None], *, pod: str) -> Por
         if local is None:
             raise PortForwardError(f"no running container of pod {pod} serves port {port}")
         try:
-            return await asyncio.open_connection("127.0.0.1", local)
+            reader, writer = await asyncio.open_connection("127.0.0.1", local)
         except OSError as exc:
             raise PortForwardError(
                 f"dial tcp 127.0.0.1:{local} (container port {port}): {exc.strerror or exc}"
             ) from exc
+        procnet.dialled(writer.get_extra_info("sockname")[1])
+        return reader, writer
 
     return open_port
 
@@ -78,6 +82,7 @@ class PodPortStream:
             self._finish()
             to_pod.cancel()
             writer.close()
+            procnet.hung_up(writer.get_extra_info("sockname")[1])
         return None
 
     async def _to_pod(self, writer: asyncio.StreamWriter) -> None:
