@@ -33,6 +33,7 @@ for command in (
     handoff.approve,
     handoff.rollback,
     handoff.history,
+    handoff.keygen,
 ):
     app.command()(command)
 

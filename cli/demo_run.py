@@ -27,6 +27,7 @@ from rich.console import Console
 
 from flows.kube.client import Kube, connect
 from flows.logfile import logs_to
+from flows.report.attest import KEY_ENV, keygen
 from flows.report.links import run_link
 from flows.report.stepview import Listener, StepEvent, listening, shown_live
 from sandbox import manager
@@ -197,6 +198,16 @@ def ci_after_merge(world: World, say: Callable[[str], None]) -> threading.Thread
     return thread
 
 
+def signing_key(run_dir: Path, say: Callable[[str], None]) -> Path:
+    """The demo's Ed25519 key pair, made once per sandbox: the handoffs sign their evidence
+    bundles with it, and `handoff history RUN_ID --verify` checks them."""
+    key = run_dir / "handoff-signing.key"
+    if not key.exists():
+        keygen(key)
+    say(f"evidence bundles signed with {key} (public key {key.with_suffix('.pub')})")
+    return key
+
+
 def log_file(run_dir: Path) -> Path:
     """Where the demo's log lines go unless --verbose."""
     return run_dir / "logs" / "demo.log"
@@ -230,6 +241,7 @@ def main(
         os.environ.update(prefect)
         os.environ["KUBECONFIG"] = str(state.kubeconfig)
         say(f"Prefect UI: {(state.prefect_api_url or '').removesuffix('/api')}")
+        os.environ[KEY_ENV] = str(signing_key(run_dir, say))
         world, _kube = prepare(state, say)
         ci = ci_after_merge(world, say)
         one = partial(run_handoff, state, port=80, auto_approve=auto_approve, console=console)

@@ -191,6 +191,59 @@ def _write_timeline(entry: dict, out: Path) -> None:
     typer.echo(f"wrote {written}", err=True)
 
 
+def _verify(entry: dict, public_key: Path | None, kubeconfig: Path | None) -> None:
+    """Print each check of the handoff's evidence bundle; exit 1 naming the failed ones."""
+    from flows.errors import HandoffError
+    from flows.kube.client import connect
+    from flows.report import attest
+
+    try:
+        if public_key is not None:
+            public = attest.load_public_key(public_key)
+        elif os.environ.get(attest.KEY_ENV):
+            public = attest.load_public_key(Path(os.environ[attest.KEY_ENV]))
+        else:
+            public = None
+        kube = connect(kubeconfig)
+        try:
+            checks = attest.verify(kube, entry, public)
+        finally:
+            kube.close()
+    except HandoffError as exc:
+        raise _fail(str(exc), 2) from None
+    for check in checks:
+        typer.echo(check.line())
+    failed = [c.what for c in checks if not c.ok]
+    if failed:
+        raise _fail(
+            f"handoff {entry.get('handoff_id')}: evidence bundle not verified: {', '.join(failed)}"
+        )
+    typer.echo(f"handoff {entry.get('handoff_id')}: evidence bundle verified")
+
+
+def keygen(
+    key: Annotated[
+        Path, typer.Argument(help="Where to write the private key (its public key: KEY.pub).")
+    ] = Path("handoff-signing.key"),
+) -> None:
+    """Make an Ed25519 key pair: the flow signs its evidence bundles with the private key
+    ($HANDOFF_SIGNING_KEY_FILE; in the cluster a Secret mounted as a file), an approver
+    signs answers with theirs; anyone checks with the public key."""
+    from flows.report.attest import keygen as make_pair
+
+    try:
+        public = make_pair(key)
+    except FileExistsError:
+        raise _fail(f"{key} exists: a key is never overwritten; choose another path", 2) from None
+    except OSError as exc:
+        raise _fail(f"cannot write {key}: {exc}; choose a writable path", 2) from None
+    typer.echo(f"wrote {key} (private, mode 0600) and {public}")
+    typer.echo(
+        f"in the cluster: kubectl -n llm-serving create secret generic handoff-signing-key "
+        f"--from-file=key={key}"
+    )
+
+
 def history(
     run_id: Annotated[
         str | None,
@@ -210,6 +263,22 @@ def history(
             "Service's ready endpoints) here as timeline-HANDOFF_ID.png."
         ),
     ] = None,
+    verify: Annotated[
+        bool,
+        typer.Option(
+            "--verify",
+            help="With RUN_ID: check its evidence bundle (signature, digest against the "
+            "history entry) and that the Service still runs its subject; exits 1 naming "
+            "what failed.",
+        ),
+    ] = False,
+    public_key: Annotated[
+        Path | None,
+        typer.Option(
+            help="With --verify: the Ed25519 public key (PEM) to check the signature with "
+            "(default: the public half of $HANDOFF_SIGNING_KEY_FILE)."
+        ),
+    ] = None,
     kubeconfig: KubeconfigOpt = None,
 ) -> None:
     """Past handoffs: when, service, outcome, strategy, approver, time taken (from the
@@ -227,6 +296,8 @@ def history(
         raise _fail(f"-o {output}: expected wide, json or yaml", 2)
     if out is not None and run_id is None:
         raise _fail("--out draws one handoff's timeline: give its RUN_ID too", 2)
+    if verify and run_id is None:
+        raise _fail("--verify checks one handoff's evidence bundle: give its RUN_ID too", 2)
     try:
         entries = collect_history(
             kubeconfig_or_sandbox(kubeconfig), namespace=namespace, service=service
@@ -245,6 +316,9 @@ def history(
         shown = found[0]
         if out is not None:
             _write_timeline(shown, out)
+        if verify:
+            _verify(shown, public_key, kubeconfig_or_sandbox(kubeconfig))
+            return
     if output == "json":
         typer.echo(json.dumps(shown, indent=2))
     elif output == "yaml":

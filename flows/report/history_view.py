@@ -134,6 +134,18 @@ def find(entries: list[dict[str, Any]], run_id: str) -> list[dict[str, Any]]:
     ]
 
 
+def _bundle(ref: Any) -> list[str]:
+    """The evidence bundle's digest, where it is kept, and who signed it (or why not)."""
+    if not isinstance(ref, dict):
+        return []
+    signed = f"signed {ref.get('keyid')}" if ref.get("signed") else "UNSIGNED"
+    lines = [
+        f"Bundle:     sha256 {ref.get('sha256')} ({signed})",
+        f"            ConfigMap {ref.get('configmap')} key {ref.get('key')}",
+    ]
+    return lines + ([f"            {ref['note']}"] if ref.get("note") else [])
+
+
 def detail(entry: dict[str, Any]) -> str:
     """One handoff in full: what, outcome and cause first, then steps, gates, approvals."""
     lines = [
@@ -174,6 +186,7 @@ def detail(entry: dict[str, Any]) -> str:
     ]
     if entry.get("evidence_sha256"):
         lines.append(f"Evidence:   sha256 {entry['evidence_sha256']}")
+    lines += _bundle(entry.get("evidence_bundle"))
     lines += [f"Fix:        {fix}" for fix in entry.get("fixes") or []]
     prefect = entry.get("prefect") or {}
     if prefect.get("url"):

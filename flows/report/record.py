@@ -94,8 +94,6 @@ def record(
     """Store the evidence bundle, append the record (with the bundle's digest) to the
     Service's history and announce it with an Event."""
     where = f"Service {spec.namespace}/{spec.service}"
-
-    def changes(annotations: dict[str, str]) -> dict[str, str | None] | None:
     earlier = history_entries(read.read_service(kube, spec.namespace, spec.service).annotations)
     if not any(
         e.get("handoff_id") == entry.handoff_id and e.get("outcome") == entry.outcome
@@ -107,6 +105,8 @@ def record(
             if isinstance(e.get("evidence_bundle"), dict)
         }
         entry.evidence_bundle = publish(kube, spec, entry.model_dump(), fixes, kept=kept)
+
+    def changes(annotations: dict[str, str]) -> dict[str, str | None] | None:
         recorded = any(
             e.get("handoff_id") == entry.handoff_id and e.get("outcome") == entry.outcome
             for e in history_entries(annotations, where=where)
