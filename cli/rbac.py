@@ -23,10 +23,20 @@ def render(
     out: Annotated[
         Path | None, typer.Option(help="Write here (e.g. manifests/rbac/handoff.yaml).")
     ] = None,
+    policy: Annotated[
+        bool,
+        typer.Option(
+            "--policy",
+            help="Render the ValidatingAdmissionPolicy (Kubernetes 1.30+) instead: which "
+            "ServiceAccounts, volumes and images the account may put in a pod template.",
+        ),
+    ] = False,
 ) -> None:
     """Print the ServiceAccount, Role and bindings that let the flow hand off exactly these
     specs: writes name the specs' Services, Deployments, twins and Leases."""
     from flows.rbac import render as render_rbac
+    from flows.rbac_policy import render_policy
+    from flows.render import ManifestError
     from flows.spec import SpecError, load_spec
 
     files = specs or sorted(SPECS.glob("*.yaml"))
@@ -34,8 +44,9 @@ def render(
         typer.echo(f"no spec files given and none under {SPECS}: name them", err=True)
         raise typer.Exit(2)
     try:
-        text = render_rbac(load_spec(f) for f in files)
-    except (SpecError, ValueError) as exc:
+        loaded = [load_spec(f) for f in files]
+        text = render_policy(loaded) if policy else render_rbac(loaded)
+    except (SpecError, ManifestError, ValueError) as exc:
         typer.echo(f"cannot render RBAC: {exc}", err=True)
         raise typer.Exit(2) from None
     if out is None:
