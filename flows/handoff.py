@@ -25,9 +25,11 @@ from flows.tasks import (
     apply_at_zero,
     approve_gates,
     approve_plan,
+    bake_window,
+    retire,
     roll_back,
     run_gates,
-    scale_up_and_retire,
+    scale_up,
     swap_selector,
     wait_for_image,
     warm_up,
@@ -44,10 +46,12 @@ def handoff(
     queue_timeout_s: float = 6 * 3600.0,
 ) -> HandoffRecord:
     """plan → image → approve plan → apply at 0 → warm → gates → approve → swap →
-    scale up → retire. In place the old pods stop at the apply: everything a person
-    decides is asked before it, and from there the gates decide (pass: swap at once;
-    fail or no verdict: roll back at once) unless the spec asks for a look during
-    the outage, bounded by its own short timeout.
+    scale up → bake → retire. In place the old pods stop at the apply: everything a
+    person decides is asked before it, and from there the gates decide (pass: swap at
+    once; fail or no verdict: roll back at once) unless the spec asks for a look during
+    the outage, bounded by its own short timeout. Side by side the bake keeps the old
+    workload Ready while the candidate serves, and a breach of its SLOs goes back to it
+    at once (in place it reports and alerts only).
 
     A merge's run waits up to queue_timeout_s while another run hands off the same
     Service (runs of other Services go on meanwhile), then checks again that its merge
@@ -94,7 +98,9 @@ def handoff(
                 evidence = run_gates(run, pods)
                 approve_gates(run, evidence, auto=auto_approve)
                 swap_selector(run)
-                scale_up_and_retire(run)
+                scale_up(run)
+                bake_window(run)
+                retire(run)
             except (Exception, TerminationSignal, KeyboardInterrupt, Abort) as exc:
                 # Cancelled (SIGTERM from the worker, Ctrl-C, or the API), the Service is
                 # restored all the same, as plain code since a cancelled run runs no tasks.

@@ -381,3 +381,14 @@ def _undo_candidate(kube: Kube, spec: HandoffSpec, ledger: Ledger) -> None:
     candidate = read.read_deployment(kube, spec.namespace, name)
     if candidate is not None and candidate.replicas != ledger.snapshot.candidate_replicas:
         write.scale_deployment(kube, spec.namespace, name, ledger.snapshot.candidate_replicas)
+
+
+def back_to_warm(kube: Kube, spec: HandoffSpec, ledger: Ledger, *, cause: str) -> Ledger:
+    """A bake's breach: the rollback begins (recorded first, so a crash or a rerun
+    finishes it) and the Service goes back at once to the old pods, still Ready at their
+    size: no cold start. `rollback()` then does the rest as usual, keeping this cause."""
+    ledger = save_ledger(kube, spec, ledger.to(Phase.ROLLING_BACK, cause=cause[:2000]))
+    problems: list[str] = []
+    pinned = _pinned_to_restored(kube, spec, ledger, problems)
+    _move_selector(kube, spec, ledger, pinned or ledger.snapshot.selector)
+    return ledger

@@ -15,6 +15,7 @@ from flows.report.timeline import ReadyEndpoints, StepSpan
 from flows.spec import HandoffSpec
 
 if TYPE_CHECKING:
+    from flows.bake_report import BakeReport
     from flows.evidence import Evidence
     from flows.image import PinnedImage
     from flows.report.notify import Notifier
@@ -39,6 +40,7 @@ class HandoffRun:
     notifier: Notifier | None = None  # the spec's notify.block
     spans: list[StepSpan] = field(default_factory=list)  # each step's start and length
     ready: ReadyEndpoints | None = None  # the Service's ready endpoints, sampled
+    bake: BakeReport | None = None  # what the bake watched and decided (None: no bake)
     # Signals held back while the ledger was first written, delivered as the steps begin.
     cancelled: list[int] = field(default_factory=list)
     # Why the run had nothing to do: the Service already served the spec's revision.

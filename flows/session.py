@@ -159,6 +159,7 @@ def finish(
         if run.plan.downtime
         else [],
         candidate_start_s=run.candidate_start_s,
+        bake=run.bake,
         started_at=ledger.started_at,
         finished_at=now_iso(),
         flow_run_id=_run_id(),

@@ -26,6 +26,7 @@ from pydantic import (
     StringConstraints,
     ValidationError,
     field_validator,
+    model_validator,
 )
 
 from flows.errors import PermanentError
@@ -167,8 +168,11 @@ class ApprovalSpec(_Model):
     )
 
 
-def _both_events() -> list[Literal["approval", "rollback"]]:
-    return ["approval", "rollback"]
+NotifyEvent = Literal["approval", "rollback", "bake"]
+
+
+def _every_event() -> list[NotifyEvent]:
+    return ["approval", "rollback", "bake"]
 
 
 class NotifySpec(_Model):
@@ -178,9 +182,10 @@ class NotifySpec(_Model):
         "`custom-webhook/approvers` (a Custom Webhook block posts to Slack, Mattermost or "
         "Teams); any other Prefect notification block is accepted the same way",
     )
-    on: list[Literal["approval", "rollback"]] = Field(
-        default_factory=_both_events,
-        description="when to send: a pause for approval, a rollback",
+    on: list[NotifyEvent] = Field(
+        default_factory=_every_event,
+        description="when to send: a pause for approval, a rollback, a bake's breach "
+        "that could only be reported (in place, or with the old workload already gone)",
     )
 
 
@@ -188,6 +193,84 @@ class RetireSpec(_Model):
     action: Literal["scale-to-zero"] = Field(
         "scale-to-zero", description="old workloads are kept at 0 replicas, never deleted"
     )
+
+
+class BakeSloSpec(_Model):
+    """What the bake holds the candidate to; any one breached ends it."""
+
+    max_restarts: int = Field(0, ge=0, description="candidate container restarts in the bake")
+    max_not_ready_s: float = Field(
+        10.0, ge=0, description="how long a candidate pod may stay not Ready in the bake"
+    )
+    max_error_ratio: float = Field(
+        0.05,
+        ge=0,
+        le=1,
+        description="HTTP 5xx answers over all answers of the generation routes, from the "
+        "server's own /metrics (where it exposes them)",
+    )
+    min_requests: int = Field(
+        20, ge=1, description="answers the server must have counted before the ratio decides"
+    )
+    max_probe_failures: int = Field(
+        0,
+        ge=0,
+        description="probe turns through the Service that failed or whose first tokens "
+        "differ from the golden's",
+    )
+
+
+class BakeProbeSpec(_Model):
+    """A light synthetic probe through the Service: greedy chat turns from the parity
+    golden, compared on their first tokens."""
+
+    url: str | None = Field(
+        None,
+        description="how the flow reaches the Service; by default, inside the cluster, "
+        "its ClusterIP and first port (outside it there is no default: no probe)",
+    )
+    every_s: float = Field(10.0, gt=0, description="seconds between rounds")
+    turns: int = Field(2, ge=1, le=16, description="turns per round (one connection each)")
+    first_tokens: int = Field(4, ge=1, le=64, description="tokens compared with the golden's")
+    timeout_s: float = Field(30.0, gt=0, description="one turn's limit")
+
+    @field_validator("url")
+    @classmethod
+    def _http(cls, value: str | None) -> str | None:
+        if value is not None and not re.match(r"^https?://[^\s/]+(/\S*)?$", value):
+            raise ValueError(
+                f"{value!r} is not an http(s) URL of the Service (e.g. "
+                "http://clef-serve.llm-serving.svc); leave it out to use the ClusterIP "
+                "when the flow runs inside the cluster"
+            )
+        return value.rstrip("/") if value else value
+
+
+class BakeSpec(_Model):
+    """After the swap and the scale-up, side by side, the old workload stays Ready and
+    serves nothing for duration_s while the candidate is watched; a breach moves the
+    Service back to it at once. 0 (the default): no bake, the old workload retires."""
+
+    duration_s: float = Field(0.0, ge=0, le=7 * 86400, description="0: no bake")
+    interval_s: float = Field(5.0, gt=0, description="seconds between looks at pods and metrics")
+    slo: BakeSloSpec = BakeSloSpec()
+    probe: BakeProbeSpec = BakeProbeSpec()
+
+    @model_validator(mode="after")
+    def _fits_the_window(self) -> BakeSpec:
+        if self.duration_s and self.interval_s > self.duration_s:
+            raise ValueError(
+                f"interval_s {self.interval_s:g} is longer than duration_s "
+                f"{self.duration_s:g}: the bake would look at the candidate at most once; "
+                "make interval_s at most duration_s"
+            )
+        if self.duration_s and self.probe.every_s > self.duration_s:
+            raise ValueError(
+                f"probe.every_s {self.probe.every_s:g} is longer than duration_s "
+                f"{self.duration_s:g}: at most one probe round would run; make it at most "
+                "duration_s"
+            )
+        return self
 
 
 class HandoffSpec(_Model):
@@ -204,6 +287,7 @@ class HandoffSpec(_Model):
     approval: ApprovalSpec = ApprovalSpec()
     notify: NotifySpec | None = None
     retire: RetireSpec = RetireSpec()
+    bake: BakeSpec = BakeSpec()
     environment: list[str] = Field(
         default_factory=list,
         description="environment variables besides HANDOFF_SPEC_* that the spec's ${VAR}s "

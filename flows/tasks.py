@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 from prefect import Task, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
-from flows import apply, approve, drift, gating, image, outage, rollback, scale, swap, warm
+from flows import apply, approve, bake, drift, gating, image, outage, rollback, scale, swap, warm
 from flows.capacity import Strategy
 from flows.errors import HandoffError
 from flows.evidence import Evidence
@@ -33,7 +33,7 @@ from flows.run import HandoffRun
 from flows.start import ensure_not_rolling_back
 
 T = TypeVar("T")
-STEP_COUNT = 9
+STEP_COUNT = 11
 
 
 @contextmanager
@@ -213,20 +213,33 @@ def _end_outage(run: HandoffRun) -> None:
         )
 
 
-@step("scale-up-and-retire")
-def scale_up_and_retire(run: HandoffRun) -> None:
-    """Scale-up first unless the target only fits once the old workload is gone. Then
-    the old workloads go to 0 first and the ledger still reads scaled, then retired: the
+@step("scale-up")
+def scale_up(run: HandoffRun) -> None:
+    """The candidate to its target. Where the target fits only once the old workloads
+    are gone, they go to 0 first and the ledger still reads scaled, then retired: the
     retirement is recorded after the scale-up (a rerun before that retires again, which
     only sets the same replica counts)."""
     order = (
         (partial(scale.retire, record=False), scale.scale_up, _record_retired)
         if run.plan.decision.scale_after_retire
-        else (scale.scale_up, scale.retire)
+        else (scale.scale_up,)
     )
     for do in order:
         drift.check(run)  # the scale-up waits: look again before the next write
         do(run)
+
+
+@step("bake")
+def bake_window(run: HandoffRun) -> None:
+    """Side by side, the old workload stays Ready, serving nothing, while the candidate
+    serves: a breach of the spec's bake SLOs goes back to it at once (flows/bake.py)."""
+    bake.bake(run)
+
+
+@step("retire")
+def retire(run: HandoffRun) -> None:
+    """The old workloads to 0 (kept), unless already retired before the scale-up."""
+    scale.retire(run)
     # Done only on a fresh look: the Service routes to ready pods of what it should
     # serve now (a person may have scaled the candidate while the old pods stopped).
     target = swap.target_selector(run)

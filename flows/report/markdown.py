@@ -142,6 +142,8 @@ def record_markdown(entry: HandoffRecord, evidence: Evidence | None) -> str:
             else []
         ),
     ]
+    if entry.bake is not None:
+        lines.append("\n" + entry.bake.markdown())
     if evidence is not None:
         lines.append("\n## Gates\n" + evidence.markdown())
     return "\n".join(lines)

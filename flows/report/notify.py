@@ -19,7 +19,7 @@ from prefect.settings import PREFECT_API_URL
 from flows.errors import PermanentError
 from flows.spec import HandoffSpec
 
-Event = Literal["approval", "rollback"]
+Event = Literal["approval", "rollback", "bake"]
 
 
 class NotifyBlockError(PermanentError):

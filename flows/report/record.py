@@ -13,6 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from flows.bake_report import BakeReport
 from flows.kube import read, write
 from flows.kube.client import Kube
 from flows.ledger import (
@@ -72,6 +73,7 @@ class HandoffRecord(BaseModel):
     )
     downtime_parts: list[str] = Field(default_factory=list)
     candidate_start_s: float | None = Field(None, description="candidate scaled to Ready")
+    bake: BakeReport | None = Field(None, description="the bake after the scale-up, if any")
     started_at: str
     finished_at: str
     flow_run_id: str | None = None

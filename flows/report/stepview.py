@@ -28,7 +28,9 @@ STEPS = (
     "gates",
     "approve",
     "swap",
-    "scale-up-and-retire",
+    "scale-up",
+    "bake",
+    "retire",
 )
 
 

@@ -25,6 +25,31 @@ class StepSpan(BaseModel):
     state: str = Field(description="done or failed; recorded: only its duration is known")
 
 
+class BakeWindow(BaseModel):
+    """The bake as the timeline draws it (a handoff record's `bake`, flows/bake.py)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    verdict: str
+    started: float = Field(description="epoch seconds")
+    seconds: float
+    warm_way_back: str | None = None
+    restored_s: float | None = Field(None, description="breach to the Service back on old pods")
+
+    def line(self) -> str:
+        kept = (
+            f"the old pods ({self.warm_way_back}) kept Ready"
+            if self.warm_way_back
+            else "no warm way back: it reported only"
+        )
+        back = (
+            f", back on them {self.restored_s:.1f} s after the breach (no cold start)"
+            if self.restored_s is not None
+            else ""
+        )
+        return f"bake: {self.verdict} after {self.seconds:.0f} s, {kept}{back}"
+
+
 class Timeline(BaseModel):
     """What a timeline is drawn from: a handoff record (or its history entry) as it is."""
 
@@ -40,6 +65,7 @@ class Timeline(BaseModel):
     steps: list[StepSpan] = Field(default_factory=list)
     ready_endpoints: list[tuple[float, int]] = Field(default_factory=list)
     endpoints_note: str | None = None
+    bake: BakeWindow | None = None
 
     @property
     def measured_steps(self) -> bool:
@@ -68,7 +94,8 @@ class Timeline(BaseModel):
             if self.ready_endpoints
             else f"ready endpoints: not sampled ({self.endpoints_note or 'not recorded'})"
         )
-        return f"{steps}; {ready}; {NOT_MEASURED_CLIENTS}."
+        bake = f"; shaded, the {self.bake.line()}" if self.bake else ""
+        return f"{steps}; {ready}{bake}; {NOT_MEASURED_CLIENTS}."
 
 
 def _hms(epoch: float) -> str:

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 ALT = "handoff timeline"
 COLOURS = {"done": "tab:green", "failed": "tab:red"}
 ROLLBACK = "tab:orange"
+BAKE = "tab:purple"
 
 
 def timeline_png(timeline: Timeline) -> bytes:
@@ -48,6 +49,7 @@ def timeline_png(timeline: Timeline) -> bytes:
         fontsize="small",
     )
     _ready(ready, timeline, zero)
+    _bake(steps, ready, timeline, zero)
     ready.set_xlabel("seconds since the first step")
     figure.supxlabel(textwrap.fill(timeline.caption(), 160), fontsize="x-small", color="dimgrey")
     return png(figure)
@@ -71,6 +73,24 @@ def _ready(axes: Axes, timeline: Timeline, zero: float) -> None:
     locator = axes.yaxis.get_major_locator()
     if isinstance(locator, MaxNLocator):  # a linear axis's default, the AutoLocator
         locator.set_params(integer=True)
+
+
+def _bake(steps: Axes, ready: Axes, timeline: Timeline, zero: float) -> None:
+    """The bake window shaded over both axes; a breach's return to the old pods marked."""
+    bake = timeline.bake
+    if bake is None:
+        return
+    start = bake.started - zero
+    for axes in (steps, ready):
+        axes.axvspan(start, start + bake.seconds, color=BAKE, alpha=0.12, linewidth=0)
+    steps.text(start, -0.6, f" bake: {bake.verdict}", fontsize="x-small", color=BAKE)
+    if bake.restored_s is not None:
+        back = start + bake.seconds  # the window ends once the Service is back
+        for axes in (steps, ready):
+            axes.axvline(back, color=ROLLBACK, linestyle="--", linewidth=1)
+        ready.text(
+            back, 0.2, f" back on the old pods in {bake.restored_s:.1f} s", fontsize="x-small"
+        )
 
 
 def write_timeline(timeline: Timeline, directory: Path) -> Path:
