@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 from pydantic import Field
 
 from gates import shown
@@ -61,6 +62,7 @@ class ParityFigures(Figures):
             if p.divergence and not p.divergence.near_tie
         ]
         found += self._teacher_forced_failures(tolerances)
+        found += self._generated_failures(tolerances)
         found += [
             f"probe {c.name}: golden {c.golden:.6g}, candidate {c.candidate}, relative "
             f"error {c.relative_error} above {tolerances.probe_rel_tol}"
@@ -72,6 +74,31 @@ class ParityFigures(Figures):
             for h in self.heads
             if not h.passed
         ]
+        return found
+
+    def generated_kl(self) -> list[float]:
+        """KL(golden || candidate) at every generated position both sides reached alike."""
+        return [k for p in self.prompts for k in p.kl if k is not None]
+
+    def _generated_failures(self, tolerances: ParityTolerances) -> list[str]:
+        """Without teacher forcing (chat: no echo) the generated positions' distributions
+        are the only numeric evidence: gated like the teacher-forced ones, so that a change
+        that keeps every greedy token (scaled logits) cannot pass on identical words."""
+        kl = self.generated_kl()
+        if self.teacher_forced_compared or not kl:
+            return []
+        mean, p99 = float(np.mean(kl)), float(np.quantile(kl, 0.99))
+        found = []
+        if mean > tolerances.kl_mean_max:
+            found.append(
+                f"generated positions' mean KL {mean:.3g} above {tolerances.kl_mean_max} "
+                f"(over {len(kl)} positions; no teacher forcing to compare instead)"
+            )
+        if p99 > tolerances.kl_p99_max:
+            found.append(
+                f"generated positions' p99 KL {p99:.3g} above {tolerances.kl_p99_max} "
+                f"(over {len(kl)} positions)"
+            )
         return found
 
     def _teacher_forced_failures(self, tolerances: ParityTolerances) -> list[str]:

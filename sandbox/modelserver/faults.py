@@ -14,6 +14,9 @@ class Fault(StrEnum):
     """No nvidia runtime class: cudarc cannot load libcuda and the process panics."""
     slow_start = "slow_start"
     """A cold start: /health answers 503 for `slow_start_s` seconds."""
+    halved_logits = "halved_logits"
+    """Logits halved (a temperature of 2 folded into the output head, a wrong norm scale):
+    every greedy token kept, every distribution flatter than the model's."""
     stall = "stall"
     """Every stream stops after `stall_after_tokens` tokens and never finishes."""
 

@@ -34,6 +34,7 @@ from sandbox.modelserver.profiles import WEIGHT_SEEDS
 # A thread waiting for the GIL gets it within 0.5 ms rather than the default 5 ms.
 SWITCH_INTERVAL_S = 0.0005
 GC_THRESHOLDS = (10_000, 20, 20)  # fewer young collections; each is short after a freeze
+HALVED = 0.5  # the halved_logits fault's scale
 
 
 def run_server(config: ServerConfig) -> None:
@@ -41,7 +42,10 @@ def run_server(config: ServerConfig) -> None:
         crash_without_cuda()
     profile = config.resolved_profile()
     spec = ModelSpec(
-        WEIGHT_SEEDS[profile.weights], profile.precision, config.has(Fault.zero_key_band)
+        WEIGHT_SEEDS[profile.weights],
+        profile.precision,
+        config.has(Fault.zero_key_band),
+        logit_scale=HALVED if config.has(Fault.halved_logits) else 1.0,
     )
     single_threaded_blas()
     sys.setswitchinterval(SWITCH_INTERVAL_S)

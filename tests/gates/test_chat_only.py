@@ -38,6 +38,21 @@ def test_seed_gates_a_chat_only_candle_through_chat(model_server: StartServer) -
     assert run_parity(broken.url, golden, tolerances).passed is False  # type: ignore[arg-type]
 
 
+def test_a_chat_only_candidate_whose_logits_are_halved_fails_on_its_kl(
+    model_server: StartServer,
+) -> None:
+    """Halved logits keep every greedy token, so the answers match word for word; only the
+    distribution each position was drawn from shows it. Chat has no teacher forcing: the
+    KL of the generated positions is what decides."""
+    golden, tolerances = _seed_golden()
+    flat = model_server("clef-flash-candle", *FAST, *CHAT_ONLY, "--fault", "halved_logits")
+    result = run_parity(flat.url, golden, tolerances)  # type: ignore[arg-type]
+    assert result.figures is not None
+    assert result.figures.n_tokens_identical == result.figures.n_tokens_golden  # same words
+    assert result.passed is False, result.markdown()
+    assert "generated positions' mean KL" in result.reason, result.reason
+
+
 def test_latency_over_chat_streams(model_server: StartServer) -> None:
     server = model_server("clef-flash-candle", *HALF_TIME, *CHAT_ONLY)
     assert SEED.gates.latency is not None and SEED.gates.latency.api == "chat"

@@ -42,18 +42,33 @@ class ModelSpec:
     seed: int
     precision: Precision
     zero_key_band: bool
+    logit_scale: float = 1.0
 
     def build(self) -> TinyLM:
-        return TinyLM(generate(self.seed), self.precision, zero_key_band=self.zero_key_band)
+        return TinyLM(
+            generate(self.seed),
+            self.precision,
+            zero_key_band=self.zero_key_band,
+            logit_scale=self.logit_scale,
+        )
 
 
 class TinyLM:
-    """One model at one precision, optionally with the missing-conv-fix fault."""
+    """One model at one precision, optionally with the missing-conv-fix fault, and with its
+    logits scaled (1: as trained)."""
 
-    def __init__(self, weights: Weights, precision: Precision, *, zero_key_band: bool) -> None:
+    def __init__(
+        self,
+        weights: Weights,
+        precision: Precision,
+        *,
+        zero_key_band: bool,
+        logit_scale: float = 1.0,
+    ) -> None:
         self.w = weights
         self.nx = Numerics(precision)
         self.zero_key_band = zero_key_band
+        self.logit_scale = logit_scale
 
     def prefill(self, tokens: list[int]) -> PrefillResult:
         """Run a whole prompt (at least one token) for a fresh sequence, every position."""
@@ -112,4 +127,5 @@ class TinyLM:
 
     def _logits(self, hidden: Array, prev_ids: Array) -> Array:
         context = self.nx.matmul(hidden, self.w.unembed)
-        return self.nx.r(self.w.prior[prev_ids] + self.w.context_scale * context)
+        logits = self.w.prior[prev_ids] + self.w.context_scale * context
+        return self.nx.r(logits * self.logit_scale if self.logit_scale != 1.0 else logits)
