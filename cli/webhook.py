@@ -86,6 +86,14 @@ def serve(
             "the URL a payload names.",
         ),
     ] = None,
+    repository: Annotated[
+        str | None,
+        typer.Option(
+            "--repository",
+            help="The repository whose merges count, as the forge names it (owner/name); "
+            "a delivery for another is refused. Required without --clone-url.",
+        ),
+    ] = None,
     clone_host: Annotated[
         list[str] | None,
         typer.Option(
@@ -127,6 +135,12 @@ def serve(
     if not specs_dir.is_dir():
         console.print(f"[red]--specs-dir {specs_dir} is not a directory[/red]")
         raise typer.Exit(2)
+    if not repository and not clone_url:
+        console.print(
+            "[red]pass --repository OWNER/NAME (and/or --clone-url): the relay relays the "
+            "merges of one repository and refuses every other's[/red]"
+        )
+        raise typer.Exit(2)
     root = (repo_root or find_repo_root(specs_dir)).resolve()
     if not specs_dir.resolve().is_relative_to(root):
         console.print(
@@ -144,6 +158,8 @@ def serve(
             branch=branch,
             clone_url=clone_url,
             clone_hosts=frozenset(h.lower() for h in clone_host or ()),
+            repository=repository,
+            insecure_prefect=insecure_prefect,
             **limits,
         )
     except ValidationError as exc:
@@ -167,10 +183,18 @@ def serve(
 
 def _require_prefect_auth(api: str, *, insecure: bool) -> None:
     """Refuse (exit 2) a Prefect API that anyone could post merge events to."""
-    from flows.webhook.prefect_auth import PrefectAuthProblem, check_prefect_auth
+    from flows.webhook.prefect_auth import (
+        PrefectAuthProblem,
+        PrefectUnreachable,
+        check_prefect_auth,
+    )
 
     try:
         state = check_prefect_auth(api)
+    except PrefectUnreachable as exc:
+        # deliveries are stored and wait: the worker asks again before its first emit
+        console.print(f"[yellow]{exc}; starting: deliveries wait until it answers[/yellow]")
+        return
     except PrefectAuthProblem as exc:
         if not insecure:
             console.print(f"[red]{exc}; or pass --insecure-prefect to start anyway[/red]")
@@ -190,3 +214,28 @@ def _require_prefect_auth(api: str, *, insecure: bool) -> None:
         console.print(
             f"[yellow]Prefect API {api} is not authenticated (--insecure-prefect)[/yellow]"
         )
+
+
+@app.command()
+def deliveries(
+    state_dir: Annotated[
+        Path | None,
+        typer.Option("--state-dir", help="The relay's state directory (as given to serve)."),
+    ] = None,
+    limit: Annotated[int, typer.Option(help="Newest deliveries shown.")] = 20,
+) -> None:
+    """The relay's latest deliveries and their outcomes, newest first (read from its store)."""
+    import datetime as dt
+
+    from flows.webhook.app import STORE_FILE
+    from flows.webhook.deliveries import DeliveryStore
+
+    path = (state_dir or _default_state_dir()) / STORE_FILE
+    if not path.is_file():
+        console.print(f"[red]no relay store at {path}: pass the relay's --state-dir[/red]")
+        raise typer.Exit(2)
+    for d in DeliveryStore(path).recent(limit):
+        at = dt.datetime.fromtimestamp(d.received, dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
+        outcome = d.outcome or f"queued ({d.attempts} attempt(s))"
+        handoffs = f" [{', '.join(d.handoffs)}]" if d.handoffs else ""
+        typer.echo(f"{at}  {d.id}  {d.repository}  {outcome}{handoffs}: {d.detail}")

@@ -1,23 +1,24 @@
-"""The relay's ASGI app: POST /hooks/git takes a forge delivery, GET /healthz answers ok.
+"""The relay's ASGI app: POST /hooks/git takes a forge delivery into the relay's store,
+GET /deliveries/<id> shows what became of it, GET /healthz answers ok.
 
-Order of checks, each answering at once: body size, time and the bytes all bodies hold
-(413, 408, 503: intake.py), signature (401), JSON (400), event and delivery headers
-(400), payload shape and field limits (400), not a merge into the watched branch (200,
-ignored), deliveries being processed at the cap (503), delivery relayed before (200,
-replayed) or in flight (503), changed files → affected handoffs, each (spec, merge)
-relayed once, then one Prefect event per handoff (200). A delivery counts as relayed
-only once that is done: a failure (Prefect down or slow: 503; git past its deadline:
-503; a merge that cannot be fetched: 502) releases it, so the forge's retry is
-processed and not mistaken for a replay.
+Order of checks, each answering at once: body size, time and the bytes bodies being
+received hold (413, 408, 503: intake.py), signature (401), JSON (400), event and
+delivery headers (400), payload shape and field limits (400), not a merge into the
+watched branch (200, ignored; recorded so). A merge is then written to the store (the
+verified body and headers) and answered 202 accepted: nothing the relay does afterwards
+(git, Prefect) happens while the forge waits. The worker (worker.py) gives it its
+outcome. A delivery id seen before is answered from the store: 202 while it is queued,
+200 replayed once final (a refused one is queued again); 503 when the store holds
+`max_records` queued deliveries or cannot be written.
 """
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import logging
-import time
-from pathlib import PurePosixPath
+import sqlite3
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 from starlette.applications import Starlette
@@ -26,27 +27,20 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from flows.webhook.deliveries import DeliveryLog, MergeInFlight
-from flows.webhook.events import MergeEvent, PrefectApiError, build_event, emit_events
+from flows.webhook.deliveries import DeliveryStore
 from flows.webhook.gitcmd import clip
 from flows.webhook.intake import ByteBudget, Refused, body_of
-from flows.webhook.mirror import MirrorError, MirrorTimeout, Upstream, fetch_merge
+from flows.webhook.mirror import Upstream
 from flows.webhook.mirrors import MirrorPool
-from flows.webhook.payload import (
-    HeaderError,
-    Merge,
-    NotAMerge,
-    PayloadError,
-    parse_merge,
-    read_headers,
-)
+from flows.webhook.payload import HeaderError, NotAMerge, PayloadError, parse_merge, read_headers
 from flows.webhook.settings import RelaySettings
 from flows.webhook.signature import check_signature
-from flows.webhook.specs import HandoffTarget, SpecIndex, index_specs
+from flows.webhook.worker import Worker
 
 log = logging.getLogger("handoff.webhook")
 MAX_HEADER_BYTES = 16 * 1024
 LOG_CHARS = 300  # a logged detail is clipped: payload values in it may be long
+STORE_FILE = "deliveries.sqlite"
 
 
 def _reply(
@@ -61,13 +55,16 @@ def _reply(
     return JSONResponse(body, status_code=status, headers=headers)
 
 
-def create_app(settings: RelaySettings) -> Starlette:
-    deliveries = DeliveryLog(
-        settings.state_dir / "deliveries.sqlite",
+def open_store(settings: RelaySettings) -> DeliveryStore:
+    return DeliveryStore(
+        settings.state_dir / STORE_FILE,
         keep_days=settings.keep_days,
         max_records=settings.max_records,
-        lease_s=settings.git_timeout_s + 3 * settings.prefect_timeout_s + 300,
     )
+
+
+def create_app(settings: RelaySettings) -> Starlette:
+    store = open_store(settings)
     upstream = Upstream(
         pool=MirrorPool(
             settings.state_dir / "mirrors",
@@ -77,8 +74,8 @@ def create_app(settings: RelaySettings) -> Starlette:
         clone_url=settings.clone_url,
         clone_hosts=settings.clone_hosts,
     )
-    budget = ByteBudget(settings.max_buffered_bytes)
-    in_flight = [0]  # deliveries being processed (the event loop alone counts them)
+    worker = Worker(settings, store, upstream)
+    budget = ByteBudget(settings.max_buffered_bytes, settings.max_peer_buffered_bytes)
 
     async def hook(request: Request) -> JSONResponse:
         header_bytes = sum(len(k) + len(v) + 4 for k, v in request.scope["headers"])
@@ -102,72 +99,73 @@ def create_app(settings: RelaySettings) -> Starlette:
         data = _json_of(body)
         if isinstance(data, JSONResponse):
             return data
-        read = _merge_of(settings, request, data)
-        if isinstance(read, JSONResponse):
-            return read
-        if in_flight[0] >= settings.max_deliveries:
+        try:
+            forge, event, delivery = read_headers(request.headers)
+        except HeaderError as exc:
+            return _reply(400, "malformed", str(exc))
+        try:
+            merge = parse_merge(forge, event, data, branch=settings.branch)
+        except PayloadError as exc:
+            return _reply(400, "malformed", str(exc), delivery=delivery)
+        try:
+            if isinstance(merge, NotAMerge):
+                await run_in_threadpool(store.record_final, delivery, "-", "ignored", merge.reason)
+                return _reply(200, "ignored", merge.reason, delivery=delivery)
+            headers = {k: v for k, v in request.headers.items() if k.startswith("x-")}
+            accepted, known = await run_in_threadpool(
+                store.accept, delivery, merge.repository.lower(), headers, body
+            )
+        except sqlite3.Error as exc:
+            log.error("store %s not written: %s", settings.state_dir / STORE_FILE, exc)
+            return _reply(503, "busy", f"the relay cannot store deliveries now ({exc}); retry")
+        if accepted == "full":
             return _reply(
                 503,
                 "busy",
-                f"{in_flight[0]} deliveries being processed, the relay's cap; retry later",
-                delivery=read[1],
+                f"{settings.max_records} deliveries queued, the relay's cap; retry later",
+                delivery=delivery,
             )
-        in_flight[0] += 1
-        try:
-            return await run_in_threadpool(_process, settings, upstream, deliveries, *read)
-        finally:
-            in_flight[0] -= 1
+        if accepted == "final-before" and known is not None:
+            return _reply(
+                200,
+                "replayed",
+                f"delivery {delivery} was processed before: {known.outcome}",
+                delivery=delivery,
+                record=known.public(),
+            )
+        worker.wake()
+        return _reply(
+            202,
+            "accepted",
+            f"delivery {delivery} of merge {merge.merge_commit[:12]} stored; its outcome: "
+            f"GET /deliveries/{delivery}",
+            delivery=delivery,
+        )
+
+    async def delivery_of(request: Request) -> JSONResponse:
+        known = await run_in_threadpool(store.get, request.path_params["delivery"])
+        if known is None:
+            return JSONResponse({"detail": "no such delivery in the relay's store"}, 404)
+        return JSONResponse(known.public())
 
     async def healthz(_: Request) -> JSONResponse:
         return JSONResponse({"ok": True})
 
+    @asynccontextmanager
+    async def lifespan(_: Starlette) -> AsyncIterator[None]:
+        worker.start()  # queued deliveries of an earlier run are resumed
+        try:
+            yield
+        finally:
+            await run_in_threadpool(worker.stop)
+
     return Starlette(
-        routes=[Route("/hooks/git", hook, methods=["POST"]), Route("/healthz", healthz)]
-    )
-
-
-def _process(
-    settings: RelaySettings,
-    upstream: Upstream,
-    deliveries: DeliveryLog,
-    merge: Merge,
-    delivery: str,
-) -> JSONResponse:
-    """Claim the delivery, emit its events, and count it as seen only when that is done:
-    on any failure the claim is released, so the forge's retry is processed."""
-    claim = deliveries.begin(delivery)
-    if claim == "done":
-        return _reply(200, "replayed", f"delivery {delivery} was relayed before", delivery=delivery)
-    if claim == "busy":
-        return _reply(
-            503,
-            "retry",
-            f"delivery {delivery} is being processed now; retry later",
-            delivery=delivery,
-        )
-    final = False
-    try:
-        events = _events_for(settings, upstream, deliveries, merge, delivery)
-        if events:
-            emit_events(settings.prefect_api_url, events, timeout_s=settings.prefect_timeout_s)
-        deliveries.finish(delivery)
-        final = True
-    except MergeInFlight as exc:
-        return _reply(503, "retry", f"{exc}; retry later", delivery=delivery)
-    except (MirrorError, PrefectApiError) as exc:
-        retry_soon = isinstance(exc, PrefectApiError | MirrorTimeout)
-        return _reply(503 if retry_soon else 502, "retry", str(exc), delivery=delivery)
-    finally:
-        if not final:
-            deliveries.release(delivery)
-    return _reply(
-        200,
-        "emitted" if events else "no-handoff",
-        f"merge {merge.merge_commit[:12]}: "
-        + (f"{len(events)} handoff(s) triggered" if events else "no handoff affected"),
-        delivery=delivery,
-        handoffs=[e["payload"]["spec"] for e in events],
-        events=[e["id"] for e in events],
+        routes=[
+            Route("/hooks/git", hook, methods=["POST"]),
+            Route("/deliveries/{delivery:str}", delivery_of),
+            Route("/healthz", healthz),
+        ],
+        lifespan=lifespan,
     )
 
 
@@ -184,89 +182,3 @@ def _json_of(body: bytes) -> Any:
     except ValueError as exc:
         return _reply(400, "malformed", f"body is not JSON: {clip(str(exc))}")
     return data
-
-
-def _merge_of(
-    settings: RelaySettings, request: Request, data: Any
-) -> tuple[Merge, str] | JSONResponse:
-    """The merge and its delivery id, or the answer when the delivery is not one."""
-    try:
-        forge, event, delivery = read_headers(request.headers)
-    except HeaderError as exc:
-        return _reply(400, "malformed", str(exc))
-    try:
-        merge = parse_merge(forge, event, data, branch=settings.branch)
-    except PayloadError as exc:
-        return _reply(400, "malformed", str(exc), delivery=delivery)
-    if isinstance(merge, NotAMerge):
-        return _reply(200, "ignored", merge.reason, delivery=delivery)
-    return merge, delivery
-
-
-def _events_for(
-    settings: RelaySettings,
-    upstream: Upstream,
-    deliveries: DeliveryLog,
-    merge: Merge,
-    delivery: str,
-) -> list[dict[str, Any]]:
-    """One event per affected handoff this merge has not triggered before."""
-    changed, index = _read_merge(settings, upstream, merge)
-    for error in index.errors:
-        log.warning("spec skipped: %s", error)
-    now = dt.datetime.now(dt.UTC)
-    return [
-        build_event(_merge_event(target, merge, delivery, changed), occurred=now)
-        for target in index.affected(changed)
-        if _first_time(deliveries, target, merge, delivery)
-    ]
-
-
-def _read_merge(
-    settings: RelaySettings, upstream: Upstream, merge: Merge
-) -> tuple[frozenset[str], SpecIndex]:
-    """The merge's changed files and the specs at the merge commit (so a spec that the merge
-    itself adds or edits counts), from one fetch into the mirror. A push lists its files,
-    so when it cannot be fetched the relay's own checkout gives the specs; a pull request
-    names no files and needs the mirror."""
-    specs_in_repo = settings.specs_dir.resolve().relative_to(settings.repo_root.resolve())
-    deadline = time.monotonic() + settings.git_timeout_s
-    try:
-        with fetch_merge(
-            upstream, merge, PurePosixPath(specs_in_repo.as_posix()), deadline=deadline
-        ) as merged:
-            changed = merge.changed if merge.changed is not None else merged.changed_files()
-            return changed, index_specs(merged.tree / specs_in_repo, merged.tree)
-    except MirrorError as exc:
-        if merge.changed is None:
-            raise
-        log.warning("%s; reading the specs from the relay's checkout instead", exc)
-    return merge.changed, index_specs(settings.specs_dir, settings.repo_root)
-
-
-def _first_time(
-    deliveries: DeliveryLog, target: HandoffTarget, merge: Merge, delivery: str
-) -> bool:
-    earlier = deliveries.claim_merge(f"{target.name}@{merge.merge_commit}", delivery)
-    if earlier is not None:
-        log.info("%s: merge %s already relayed by %s", target.name, merge.merge_commit, earlier)
-    return earlier is None
-
-
-def _merge_event(
-    target: HandoffTarget, merge: Merge, delivery: str, changed: frozenset[str]
-) -> MergeEvent:
-    return MergeEvent(
-        spec=target.name,
-        spec_file=target.spec_file,
-        namespace=target.namespace,
-        service=target.service,
-        delivery_id=delivery,
-        merge_commit=merge.merge_commit,
-        merged_at=merge.merged_at,
-        repository=merge.repository,
-        branch=merge.branch,
-        source=merge.forge,
-        kind=merge.kind,
-        changed=sorted(target.paths & changed),
-    )

@@ -120,6 +120,8 @@ class Merge(BaseModel):
     changed: frozenset[str] | None
     # the base branch's head the pull request was based on (pull_request only)
     base_commit: str | None = None
+    # the branch's head before a push (push only; None or zeros: the branch is new)
+    before: str | None = None
 
 
 class NotAMerge(BaseModel):
@@ -210,7 +212,14 @@ def _from_push(forge: str, push: _Push, branch: str | None) -> Merge | NotAMerge
     head = next((c for c in reversed(commits) if c.id == push.after), None)
     merged_at = head.timestamp if head else None
     return _merge(
-        forge, push.repository, watched, "push", push.after, merged_at, changed=frozenset(changed)
+        forge,
+        push.repository,
+        watched,
+        "push",
+        push.after,
+        merged_at,
+        changed=frozenset(changed),
+        before=push.before,
     )
 
 
@@ -238,6 +247,7 @@ def _merge(
     *,
     changed: frozenset[str] | None = None,
     base_commit: str | None = None,
+    before: str | None = None,
 ) -> Merge:
     """A merge of `commit` into `branch` of `repo`, as `forge` reported it."""
     return Merge(
@@ -250,4 +260,5 @@ def _merge(
         merged_at=merged_at,
         changed=changed,
         base_commit=base_commit,
+        before=before,
     )

@@ -20,6 +20,10 @@ class PrefectAuthProblem(Exception):
     """The Prefect API cannot be used safely, or could not be asked; the message says why."""
 
 
+class PrefectUnreachable(PrefectAuthProblem):
+    """The Prefect API did not answer: whether it requires authentication is unknown."""
+
+
 def check_prefect_auth(
     api_url: str, *, timeout_s: float = 10.0
 ) -> Literal["open", "authenticated"]:
@@ -36,7 +40,7 @@ def check_prefect_auth(
             )
         ours = probe(api_url, auth_headers(), timeout_s=timeout_s)
     except httpx.HTTPError as exc:
-        raise PrefectAuthProblem(
+        raise PrefectUnreachable(
             f"Prefect API {api_url} unreachable ({exc}): cannot tell whether it requires "
             "authentication; start it first"
         ) from exc

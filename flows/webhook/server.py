@@ -8,7 +8,9 @@ is held forever) and takes any number of connections. Here:
   request's headers must be complete within `header_timeout_s`, else the connection is
   closed; they may take 16 KiB at most (h11 answers 400 to headers still incomplete
   at that size, the app to complete ones over it);
-- connections: one beyond `max_connections` is answered 503 and closed at once;
+- connections: one beyond `max_connections`, or beyond `max_peer_connections` from one
+  address (so one client's idle connections cannot take every slot), is answered 503
+  and closed at once;
 - idle keep-alive: closed after `keep_alive_s`.
 
 The body's deadline and the bytes held before the signature check are the app's (app.py).
@@ -31,13 +33,8 @@ from flows.webhook.app import MAX_HEADER_BYTES, RelaySettings, create_app
 log = logging.getLogger("handoff.webhook")
 
 
-def _busy_answer(max_connections: int) -> bytes:
-    body = json.dumps(
-        {
-            "outcome": "busy",
-            "detail": f"{max_connections} connections open, the relay's cap; retry later",
-        }
-    ).encode()
+def _busy_answer(detail: str) -> bytes:
+    body = json.dumps({"outcome": "busy", "detail": detail}).encode()
     head = (
         "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n"
         f"connection: close\r\nretry-after: 5\r\ncontent-length: {len(body)}\r\n\r\n"
@@ -47,23 +44,39 @@ def _busy_answer(max_connections: int) -> bytes:
 
 def protocol_for(settings: RelaySettings) -> type[H11Protocol]:
     header_timeout_s, cap = settings.header_timeout_s, settings.max_connections
-    busy = _busy_answer(cap)
+    peer_cap = settings.max_peer_connections
+    busy = _busy_answer(f"{cap} connections open, the relay's cap; retry later")
+    peer_busy = _busy_answer(
+        f"{peer_cap} connections open from this address, the relay's cap per address; retry later"
+    )
+    by_peer: dict[str, int] = {}  # open connections per address (the event loop's alone)
 
     class RelayProtocol(H11Protocol):
         _header_timer: asyncio.TimerHandle | None = None
         _refused = False
+        _peer: str | None = None
 
         def connection_made(self, transport: asyncio.BaseTransport) -> None:
             # A stream server hands a Transport, the type uvicorn's protocol declares and
             # keeps as self.transport; asyncio's protocol declares only the base class.
             super().connection_made(cast(asyncio.Transport, transport))
+            peer = self.client[0] if self.client else "-"
             if len(self.connections) > cap:
                 log.warning("503 busy: %d connections open, the cap", len(self.connections) - 1)
-                self._refused = True
-                self.transport.write(busy)
-                self.transport.close()
+                self._refuse(busy)
                 return
+            if by_peer.get(peer, 0) >= peer_cap:
+                log.warning("503 busy: %d connections open from %s, the cap", peer_cap, peer)
+                self._refuse(peer_busy)
+                return
+            self._peer = peer
+            by_peer[peer] = by_peer.get(peer, 0) + 1
             self._arm()
+
+        def _refuse(self, answer: bytes) -> None:
+            self._refused = True
+            self.transport.write(answer)
+            self.transport.close()
 
         def data_received(self, data: bytes) -> None:
             if self._refused:
@@ -79,6 +92,11 @@ def protocol_for(settings: RelaySettings) -> type[H11Protocol]:
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._disarm()
+            if self._peer is not None:
+                left = by_peer.pop(self._peer) - 1
+                if left:
+                    by_peer[self._peer] = left
+                self._peer = None
             super().connection_lost(exc)
 
         def _arm(self) -> None:

@@ -23,7 +23,11 @@ LIMITS = (
     "body_timeout_s",
     "keep_alive_s",
     "max_connections",
+    "max_peer_connections",
     "max_buffered_bytes",
+    "max_peer_buffered_bytes",
+    "retry_for_s",
+    "max_backoff_s",
     "keep_days",
     "max_records",
 )
@@ -44,6 +48,11 @@ class RelaySettings(BaseModel):
     # where merges are fetched from: this URL, else the payload's on these hosts (none: any)
     clone_url: str | None = None
     clone_hosts: frozenset[str] = frozenset()
+    # the repository whose merges count (owner/name as the forge names it); a delivery
+    # for another is refused
+    repository: str | None = None
+    # emit to a Prefect API that takes requests without authentication
+    insecure_prefect: bool = False
     git_timeout_s: float = 60.0
     """Seconds for all the git work of a delivery."""
     max_mirrors: int = 4
@@ -53,7 +62,11 @@ class RelaySettings(BaseModel):
     prefect_timeout_s: float = 10.0  # each phase of the call that emits the events
     """Seconds for Prefect to take the events."""
     max_deliveries: int = Field(default=4, ge=1, le=32)
-    """Deliveries processed at once; more: 503."""
+    """Deliveries (of different repositories) processed at once."""
+    retry_for_s: float = 86400.0
+    """Seconds a delivery is retried (Prefect, git) before it is refused."""
+    max_backoff_s: float = 60.0
+    """Seconds between two attempts of a delivery, at most."""
     # before the signature check (intake.py, server.py)
     header_timeout_s: float = 10.0
     """Seconds to send a request's headers."""
@@ -63,19 +76,25 @@ class RelaySettings(BaseModel):
     """Seconds an idle connection stays open."""
     max_connections: int = 64
     """Open connections; more: 503."""
+    max_peer_connections: int = 8
+    """Open connections from one address; more: 503."""
     max_buffered_bytes: int = 4 * MAX_BODY_BYTES  # 20 MiB
-    """Bytes of all bodies held at once; more: 503."""
-    # the replay guard's records (deliveries.py)
+    """Bytes of all bodies received and not yet stored; more: 503."""
+    max_peer_buffered_bytes: int = MAX_BODY_BYTES + 1024 * 1024
+    """Bytes of bodies received from one address and not yet stored; more: 503."""
+    # the store's records (deliveries.py)
     keep_days: float = 30.0
-    """Days a relayed delivery id is remembered."""
+    """Days a final delivery's outcome is kept."""
     max_records: int = 10_000
-    """Delivery ids (and merges) remembered."""
+    """Final deliveries kept, and queued ones at most (more: 503)."""
 
     @model_validator(mode="after")
     def _budget_holds_a_body(self) -> RelaySettings:
-        if self.max_buffered_bytes < self.max_body_bytes:
-            raise ValueError(
-                f"--max-buffered-bytes {self.max_buffered_bytes} is below --max-body-bytes "
-                f"{self.max_body_bytes}: no body could ever be taken; raise the first"
-            )
+        for name in ("max_buffered_bytes", "max_peer_buffered_bytes"):
+            if getattr(self, name) < self.max_body_bytes:
+                flag = "--" + name.replace("_", "-")
+                raise ValueError(
+                    f"{flag} {getattr(self, name)} is below --max-body-bytes "
+                    f"{self.max_body_bytes}: no body could ever be taken; raise the first"
+                )
         return self

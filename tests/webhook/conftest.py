@@ -10,9 +10,10 @@ import pytest
 
 from flows.webhook.app import RelaySettings
 from tests.webhook.servers import PrefectServer, running_relay
-from tests.webhook.specrepo import SpecRepo, make_spec_repo
+from tests.webhook.specrepo import SpecRepo, bare_remote, make_spec_repo
 
 SECRET = "correct horse battery staple"
+REPOSITORY = "riotpiao-poimen/models"  # the full name tests/webhook/payloads.py sends
 
 
 @pytest.fixture
@@ -29,6 +30,10 @@ def settings(prefect: PrefectServer, spec_repo: SpecRepo, tmp_path: Path) -> Rel
         prefect_api_url=prefect.api_url,
         state_dir=tmp_path / "relay-state",
         max_body_bytes=64 * 1024,
+        clone_url=str(bare_remote(spec_repo)),
+        repository=REPOSITORY,
+        insecure_prefect=True,  # the tests' Prefect server has no authentication
+        max_backoff_s=0.5,
     )
 
 

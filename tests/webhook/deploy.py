@@ -24,6 +24,7 @@ POOL = "handoff-process"
 # here (Prefect ships its default job template), only its worker in the cluster does
 POOLS = {POOL: "process", "handoff-kubernetes": "kubernetes"}
 DEPLOYMENT = "handoff/handoff-on-merge"
+RECONCILER = "handoff-reconcile/reconcile"
 
 
 def models_repository(root: Path) -> SpecRepo:
@@ -73,7 +74,7 @@ def remove_deployments(api_url: str, *, auth: str | None = None) -> None:
         for automation in http.post(f"{api_url}/automations/filter", json={}).json():
             if automation["name"].startswith("handoff-on-merge"):
                 http.delete(f"{api_url}/automations/{automation['id']}")
-        for name in (DEPLOYMENT, f"{DEPLOYMENT}-kubernetes"):
+        for name in (DEPLOYMENT, f"{DEPLOYMENT}-kubernetes", RECONCILER):
             response = http.get(f"{api_url}/deployments/name/{name}")
             if response.status_code == 200:
                 http.delete(f"{api_url}/deployments/{response.json()['id']}")

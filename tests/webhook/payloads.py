@@ -4,6 +4,7 @@ signed as each forge signs them."""
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from typing import Any
 
@@ -18,6 +19,7 @@ def push_body(
     after: str = "a" * 40,
     ref: str = "refs/heads/main",
     clone_url: str | None = None,
+    before: str = "b" * 40,
 ) -> dict[str, Any]:
     commit = {
         "id": after,
@@ -29,7 +31,7 @@ def push_body(
     }
     return {
         "ref": ref,
-        "before": "b" * 40,
+        "before": before,
         "after": after,
         "commits": [commit],
         "head_commit": commit,
@@ -86,3 +88,34 @@ def deliver(url: str, payload: Any, secret: str, **kw: Any) -> httpx.Response:
     body = json.dumps(payload).encode()
     headers = {**forgejo_headers(body, secret), **kw.pop("headers", {})}
     return httpx.post(url, content=body, headers=headers, timeout=30, **kw)
+
+
+def outcome_of(hook_url: str, response: httpx.Response, *, timeout_s: float = 60.0) -> Any:
+    """An answer's JSON; for a delivery the relay accepted (202), its record once final
+    (GET /deliveries/<id> on the relay, polled)."""
+    if response.status_code != 202:
+        return response.json()
+    return final_record(hook_url, response.json()["delivery"], timeout_s=timeout_s)
+
+
+def record_of(hook_url: str, delivery: str) -> Any:
+    """The relay's record of a delivery (GET /deliveries/<id>)."""
+    url = hook_url.replace("/hooks/git", f"/deliveries/{delivery}")
+    response = httpx.get(url, timeout=30)
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def final_record(hook_url: str, delivery: str, *, timeout_s: float = 60.0) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        record = record_of(hook_url, delivery)
+        if record["state"] == "final":
+            return record
+        assert time.monotonic() < deadline, f"delivery {delivery} not final: {record}"
+        time.sleep(0.05)
+
+
+def settled(url: str, payload: Any, secret: str, **kw: Any) -> Any:
+    """deliver(), then its final record (or the answer's JSON when it was not accepted)."""
+    return outcome_of(url, deliver(url, payload, secret, **kw))

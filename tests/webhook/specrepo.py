@@ -92,6 +92,17 @@ def commit_files(work: Path, files: dict[str, str], message: str) -> str:
     return git(work, "rev-parse", "HEAD").strip()
 
 
+def bare_remote(repo: SpecRepo) -> Path:
+    """A bare `origin` holding main, for the spec repository (made once; no hook:
+    deliveries are posted by hand)."""
+    bare = repo.work.parent / "models.git"
+    if not bare.exists():
+        git(repo.work.parent, "init", "-q", "--bare", "-b", "main", str(bare))
+        git(repo.work, "remote", "add", "origin", str(bare))
+        git(repo.work, "push", "-q", "origin", "main")
+    return bare
+
+
 def install_hook(bare: Path, *, relay_url: str, secret: str) -> None:
     """The post-receive hook, configured as its docstring says, posting to relay_url."""
     shutil.copy(HOOK, bare / "hooks" / "post-receive")

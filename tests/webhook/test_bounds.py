@@ -1,28 +1,28 @@
 """The relay's own limits, over real sockets: a connection that is idle, sends its headers
 or body too slowly, or sends less body than it declared is answered or closed at its
-deadline; connections, bytes held before the signature check and deliveries in flight
-are capped, and what is over a cap gets 503 (the forge retries) at once, never a hang."""
+deadline; connections and bytes received before the signature check are capped, in all
+and per address, and what is over a cap gets 503 at once, never a hang. Idle
+connections that claim megabytes they never send hold nothing: signed deliveries go
+through while they stay."""
 
 from __future__ import annotations
 
 import json
 import select
 import socket
-import threading
 import time
 from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack, contextmanager, suppress
 
 import httpx
 import pytest
 
 from flows.webhook.app import RelaySettings
 from tests.webhook.conftest import SECRET
-from tests.webhook.payloads import deliver, forgejo_headers, pull_request_body, push_body
-from tests.webhook.servers import running_relay
-from tests.webhook.test_relay import ALPHA_MANIFEST
-from tests.webhook.upstream import front
-from tests.world import wait_until
+from tests.webhook.payloads import deliver, forgejo_headers, outcome_of, push_body
+from tests.webhook.servers import PrefectServer, running_relay
+from tests.webhook.specrepo import SpecRepo
+from tests.webhook.test_relay import ALPHA_MANIFEST, pushed
 
 TIMEOUT_S = 1.5
 SLACK_S = 5.0  # a loaded 2-core machine
@@ -37,17 +37,15 @@ def tight(settings: RelaySettings) -> RelaySettings:
             "keep_alive_s": TIMEOUT_S,
             "max_connections": 8,
             "max_buffered_bytes": 3 * settings.max_body_bytes,
-            "max_deliveries": 2,
-            "git_timeout_s": 8.0,
-            "clone_hosts": frozenset({"127.0.0.1"}),
         }
     )
 
 
 @contextmanager
-def connection(url: str) -> Iterator[socket.socket]:
+def connection(url: str, *, source: str = "127.0.0.1") -> Iterator[socket.socket]:
+    """A connection to the relay from source (another loopback address: another peer)."""
     port = int(url.split(":")[2].split("/")[0])
-    sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+    sock = socket.create_connection(("127.0.0.1", port), timeout=30, source_address=(source, 0))
     try:
         yield sock
     finally:
@@ -154,37 +152,53 @@ def test_bytes_held_before_the_signature_check_are_capped(tight: RelaySettings) 
     assert b"buffered" in answer
 
 
-def test_deliveries_over_the_cap_get_503_while_the_upstream_hangs(
-    tight: RelaySettings,
+def test_idle_connections_claiming_megabytes_do_not_starve_signed_deliveries(
+    tight: RelaySettings, prefect: PrefectServer, spec_repo: SpecRepo
 ) -> None:
-    # the hung clones must hold both delivery slots until the third delivery is answered
-    patient = tight.model_copy(update={"git_timeout_s": 60.0})
-    threads = []
-    with running_relay(patient) as relay:
-        with front() as hung:
-            for n in range(tight.max_deliveries):  # a mirror each: neither waits for the other
-                url = f"git://127.0.0.1:{hung.port}/models-{n}.git"
-                body = pull_request_body(f"{n}" * 40, clone_url=url)
-                thread = threading.Thread(
-                    target=deliver,
-                    args=(relay, body, SECRET),
-                    kwargs={"headers": {"X-Forgejo-Event": "pull_request"}},
-                    daemon=True,
-                )
-                thread.start()
-                threads.append(thread)
-            wait_until(
-                lambda: hung.accepted >= tight.max_deliveries,
-                timeout_s=30,
-                what=f"{tight.max_deliveries} clones to reach the upstream",
-                every_s=0.05,
-            )
+    mib = 1024 * 1024
+    attacked = tight.model_copy(
+        update={
+            "header_timeout_s": 60.0,
+            "body_timeout_s": 60.0,
+            "max_body_bytes": 5 * mib,
+            "max_buffered_bytes": 20 * mib,
+            "max_peer_buffered_bytes": 6 * mib,
+            "max_connections": 32,
+            "max_peer_connections": 4,
+        }
+    )
+    with running_relay(attacked) as relay, ExitStack() as held:
+        refused = 0
+        for n in range(10):  # headers claiming 5 MiB each, then nothing, from two addresses
+            sock = held.enter_context(connection(relay, source=f"127.0.0.{2 + n % 2}"))
+            with suppress(BrokenPipeError, ConnectionResetError):
+                sock.sendall(request_head(5 * mib))
+            refused += _refused_at_once(sock)
+        # and from a third address, bodies that stall after 4 MiB sent
+        stalled = []
+        for _ in range(2):
+            sock = held.enter_context(connection(relay, source="127.0.0.4"))
+            with suppress(BrokenPipeError, ConnectionResetError):
+                sock.sendall(request_head(5 * mib) + b"x" * (4 * mib))
+            stalled.append(sock)
+        time.sleep(0.5)
+        [over] = select.select(stalled, [], [], SLACK_S)[0]  # over its address's bytes
+        answer, _ = read_until_closed(over, SLACK_S)
+        assert answer.startswith(b"HTTP/1.1 503") and b"per address" in answer, answer[:300]
+        assert refused == 2, f"{refused} of 10 idle connections refused; 2 beyond 4 per address"
+        for n in range(3):  # the forge meanwhile
+            payload = pushed(spec_repo, {ALPHA_MANIFEST: f"v: {n}\n"})
             started = time.monotonic()
-            normal = deliver(relay, push_body([ALPHA_MANIFEST]), SECRET)
-            took = time.monotonic() - started
-        for thread in threads:  # the upstream gone, the hung clones fail and their slots free
-            thread.join(timeout=30)
-    assert normal.status_code == 503, normal.text
-    assert normal.json()["outcome"] == "busy", normal.text
-    assert normal.headers["retry-after"] == "5"
-    assert took < SLACK_S
+            response = deliver(relay, payload, SECRET)
+            assert response.status_code == 202, response.text
+            assert time.monotonic() - started < 1.0
+            assert outcome_of(relay, response)["outcome"] == "emitted"
+
+
+def _refused_at_once(sock: socket.socket) -> int:
+    """1 when the relay answered 503 and closed at once, 0 when it holds the connection."""
+    if not select.select([sock], [], [], 0.2)[0]:
+        return 0
+    answer, _ = read_until_closed(sock, SLACK_S)
+    assert answer.startswith(b"HTTP/1.1 503"), answer[:300]
+    return 1

@@ -1,6 +1,6 @@
-"""What the relay keeps on disk stays bounded while it runs: delivery records beyond the
-cap are pruned as new ones are written, and git mirrors beyond their count or size cap
-are pruned after each fetch (least recently used first)."""
+"""What the relay keeps on disk stays bounded while it runs: final delivery records beyond
+the cap are pruned as new ones are written (merges emitted are kept), and git mirrors
+beyond their count or size cap are pruned after each fetch (least recently used first)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 
 from flows.webhook.app import RelaySettings
 from tests.webhook.conftest import SECRET
-from tests.webhook.payloads import deliver, pull_request_body, push_body
+from tests.webhook.payloads import deliver, pull_request_body, push_body, settled
 from tests.webhook.servers import running_relay
 from tests.webhook.specrepo import SpecRepo, git, merge_and_push
 from tests.webhook.test_relay import ALPHA_MANIFEST, bare_remote
@@ -27,10 +27,10 @@ def test_delivery_records_are_pruned_while_the_relay_runs(settings: RelaySetting
     capped = settings.model_copy(update={"max_records": 5})
     with running_relay(capped) as relay:
         for n in range(12):
-            reply = deliver(relay, push_body([ALPHA_MANIFEST], after=f"{n:x}" * 40), SECRET)
-            assert reply.status_code == 200, reply.text
-        assert rows(settings.state_dir, "deliveries") <= 5
-        assert rows(settings.state_dir, "merges") <= 5
+            push = push_body([ALPHA_MANIFEST], after=f"{n:x}" * 40, ref="refs/heads/other")
+            reply = deliver(relay, push, SECRET)
+            assert reply.json()["outcome"] == "ignored", reply.text
+        assert rows(settings.state_dir, "inbox") <= 5
 
 
 @pytest.mark.parametrize(("max_mirrors", "max_bytes", "kept"), [(2, 1 << 30, 2), (4, 1, 0)])
@@ -41,13 +41,14 @@ def test_mirrors_are_pruned_by_count_and_size(
     merge, _ = merge_and_push(spec_repo, {ALPHA_MANIFEST: "kind: Deployment\n"}, "alpha v2")
     for n in range(3):
         git(bare.parent, "clone", "-q", "--bare", str(bare), f"models-{n}.git")
-    capped = settings.model_copy(update={"max_mirrors": max_mirrors, "max_mirror_bytes": max_bytes})
+    capped = settings.model_copy(
+        update={"max_mirrors": max_mirrors, "max_mirror_bytes": max_bytes, "clone_url": None}
+    )
     with git_daemon(bare.parent) as port, running_relay(capped) as relay:
-        for n in range(3):
+        for n in range(3):  # the repository's copies at three URLs: a mirror each
             body = pull_request_body(merge, clone_url=f"git://127.0.0.1:{port}/models-{n}.git")
-            body["repository"]["full_name"] = f"riotpiao-poimen/models-{n}"
-            reply = deliver(relay, body, SECRET, headers={"X-Forgejo-Event": "pull_request"})
-            assert reply.status_code == 200, reply.text
+            reply = settled(relay, body, SECRET, headers={"X-Forgejo-Event": "pull_request"})
+            assert reply["outcome"] in ("emitted", "no-handoff"), reply
     mirrors = sorted(p.name for p in (settings.state_dir / "mirrors").glob("*.git"))
     assert len(mirrors) == kept, mirrors
     if kept:  # the most recently used stay

@@ -1,6 +1,7 @@
 """The git hook stand-in end to end: a merge pushed to a bare repository runs the
 post-receive hook, which posts a signed Forgejo push to `handoff webhook serve`, which
-emits the merge event for the handoff whose manifest the merge changed — and only that."""
+accepts it and emits the merge event for the handoff whose manifest the merge changed,
+and only that."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pathlib import Path
 
 from flows.webhook.events import merge_event_id, read_merge_events, wait_persisted
 from tests.webhook.conftest import SECRET
+from tests.webhook.payloads import final_record
 from tests.webhook.servers import PrefectServer, relay_process
 from tests.webhook.specrepo import SpecRepo, merge_and_push, with_hooked_remote
 
@@ -28,9 +30,11 @@ def test_a_pushed_merge_reaches_prefect_through_hook_and_relay(
             repo, {"manifests/llm-serving/beta.yaml": "kind: Deployment\n"}, "beta: new args"
         )
         _, unrelated = merge_and_push(repo, {"README.md": "# models, v2\n"}, "docs")
-    assert '"outcome":"emitted"' in pushed, pushed
-    assert '"outcome":"no-handoff"' in unrelated, unrelated
-    delivery = pushed.split("delivery ")[1].split(":")[0]
+        assert '"outcome":"accepted"' in pushed, pushed
+        delivery = pushed.split("delivery ")[1].split(":")[0]
+        assert final_record(url, delivery)["outcome"] == "emitted"
+        other = unrelated.split("delivery ")[1].split(":")[0]
+        assert final_record(url, other)["outcome"] == "no-handoff"
     wait_persisted(prefect.api_url)
     [event] = read_merge_events(
         prefect.api_url, namespace=repo.namespace, service=repo.services["beta"]

@@ -17,17 +17,17 @@ from prefect.settings import PREFECT_API_AUTH_STRING, PREFECT_API_URL, temporary
 
 from flows.webhook.events import read_merge_events, wait_persisted
 from sandbox import procs
-from tests.webhook.conftest import SECRET
+from tests.webhook.conftest import REPOSITORY, SECRET
 from tests.webhook.deploy import (
     deploy_all,
     models_repository,
     remove_deployments,
     worker,
 )
-from tests.webhook.payloads import deliver, push_body
+from tests.webhook.payloads import settled
 from tests.webhook.servers import PrefectServer, relay_process
 from tests.webhook.specrepo import SpecRepo
-from tests.webhook.test_relay import ALPHA_MANIFEST
+from tests.webhook.test_relay import ALPHA_MANIFEST, bare_remote, pushed
 from tests.world import wait_until
 
 pytestmark = pytest.mark.timeout(600)  # a Prefect server of its own
@@ -43,6 +43,7 @@ def _serve(
     argv = [sys.executable, "-m", "cli", "webhook", "serve", "--secret-env", "SECRET_ENV"]
     argv += ["--port", str(procs.free_port()), "--specs-dir", str(spec_repo.specs_dir)]
     argv += ["--state-dir", str(tmp_path / "state"), "--prefect-api-url", api]
+    argv += ["--repository", REPOSITORY]
     clean = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_API_")}
     return subprocess.run(
         argv,
@@ -80,17 +81,19 @@ def test_relay_worker_and_cli_authenticate_and_others_are_refused(
 ) -> None:
     auth = authed_prefect.auth_string or ""
     env = {"PREFECT_API_AUTH_STRING": auth}
+    payload = pushed(spec_repo, {ALPHA_MANIFEST: "kind: Deployment\n"})
     with relay_process(
         specs_dir=spec_repo.specs_dir,
         api_url=authed_prefect.api_url,
         secret=SECRET,
         state_dir=tmp_path / "state",
         log=tmp_path / "relay.log",
+        options=("--clone-url", str(bare_remote(spec_repo))),
         insecure=False,
         env=env,
     ) as relay:
-        response = deliver(relay, push_body([ALPHA_MANIFEST]), SECRET)
-    assert response.status_code == 200 and response.json()["outcome"] == "emitted", response.text
+        reply = settled(relay, payload, SECRET)
+    assert reply["outcome"] == "emitted", reply
     with temporary_settings(
         {PREFECT_API_URL: authed_prefect.api_url, PREFECT_API_AUTH_STRING: auth}
     ):

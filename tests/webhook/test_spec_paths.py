@@ -16,9 +16,9 @@ from flows.handoff import handoff
 from flows.report.record import Trigger
 from flows.spec_paths import SPECS_DIR_ENV
 from tests.webhook.conftest import SECRET
-from tests.webhook.payloads import deliver, push_body
+from tests.webhook.payloads import push_body, settled
 from tests.webhook.servers import PrefectServer
-from tests.webhook.specrepo import SpecRepo, commit_files
+from tests.webhook.specrepo import SpecRepo, bare_remote, commit_files, git
 from tests.webhook.test_relay import merges
 
 # Read as a spec, this is not YAML: a refusal that names the path, not the YAML, shows
@@ -88,12 +88,17 @@ def test_an_event_naming_a_spec_inside_the_directory_gets_past_the_check(
 def test_the_relay_emits_no_event_for_a_symlink_out_of_the_specs_directory(
     relay: str, prefect: PrefectServer, spec_repo: SpecRepo
 ) -> None:
+    bare = bare_remote(spec_repo)
+    before = git(spec_repo.work, "rev-parse", "HEAD").strip()
     alpha = (spec_repo.specs_dir / "alpha.yaml").read_text()
     commit_files(spec_repo.work, {"notes/alpha-copy.yaml": alpha}, "a spec outside specs")
-    (spec_repo.specs_dir / "copy.yaml").symlink_to(spec_repo.work / "notes" / "alpha-copy.yaml")
-    response = deliver(relay, push_body(["notes/alpha-copy.yaml"], after="f" * 40), SECRET)
-    assert response.status_code == 200, response.text
-    assert response.json()["outcome"] != "emitted", response.text
+    (spec_repo.specs_dir / "copy.yaml").symlink_to("../../notes/alpha-copy.yaml")
+    git(spec_repo.work, "add", "manifests/handoffs/copy.yaml")
+    git(spec_repo.work, "commit", "-q", "-m", "a link to it")
+    after = git(spec_repo.work, "rev-parse", "HEAD").strip()
+    git(spec_repo.work, "push", "-q", str(bare), "main")
+    reply = settled(relay, push_body(["notes/alpha-copy.yaml"], after=after, before=before), SECRET)
+    assert reply["outcome"] == "no-handoff", reply
     assert merges(prefect, spec_repo, "alpha") == []
 
 
