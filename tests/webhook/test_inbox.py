@@ -262,3 +262,16 @@ def test_the_deliveries_command_lists_outcomes(
     assert result.exit_code == 0, result.output
     line = next(line for line in result.output.splitlines() if reply["delivery"] in line)
     assert "emitted [alpha]" in line, result.output
+
+
+def test_merges_relayed_by_the_earlier_replay_guard_stay_relayed(tmp_path: Path) -> None:
+    import sqlite3
+
+    path = tmp_path / STORE_FILE
+    with sqlite3.connect(path) as db:  # the replay guard's tables, as earlier relays left them
+        db.execute("CREATE TABLE deliveries (id TEXT PRIMARY KEY, at REAL, state TEXT)")
+        db.execute("CREATE TABLE merges (key TEXT PRIMARY KEY, delivery TEXT, at REAL, state TEXT)")
+        db.execute("INSERT INTO merges VALUES ('alpha@" + "a" * 40 + "', 'd-old', 1.0, 'done')")
+    store = DeliveryStore(path)
+    emits = store.intend("d-new", {"alpha@" + "a" * 40: {"id": "x"}})
+    assert (emits.to_send, emits.earlier) == ([], {"alpha@" + "a" * 40: "d-old"})
