@@ -14,6 +14,7 @@ from __future__ import annotations
 import time
 
 from flows.capacity import Strategy
+from flows.drain import drain_workloads
 from flows.image import PinnedImage
 from flows.kube import write
 from flows.kube.objects import PodSnapshot, owned_by_deployment
@@ -22,6 +23,7 @@ from flows.ledger import REVISION_LABEL, OutageRecord, Phase
 from flows.outage import OutageClock
 from flows.render import compute_revision, render_candidate, template_sha256, unpinned_image
 from flows.run import HandoffRun
+from flows.wayback import record_way_back
 
 OLD_PODS_GONE_S = 120.0
 
@@ -56,6 +58,10 @@ def apply_at_zero(run: HandoffRun, image: PinnedImage | None) -> str:
         twin=run.twin,
     )
     if plan.strategy is Strategy.IN_PLACE:
+        if run.outage is None:  # not yet stopped: their generations end first, if they can
+            record_way_back(run)
+            # The Service still routes to them: a moment with none in flight, by metrics.
+            drain_workloads(run, [d.name for d in plan.current], connections=False)
         # The outage the plan declared starts here: the old pods release their GPUs.
         # Its start is on the cluster before the first pod stops.
         _start_outage(run)

@@ -149,7 +149,7 @@ def _exec_tables(kube: Kube, namespace: str, pod: str, container: str) -> str:
 
 @contextlib.contextmanager
 def _pod_gauge(
-    kube: Kube, namespace: str, pod: str, container: str, port: int
+    kube: Kube, namespace: str, pod: str, container: str, port: int, connections: bool
 ) -> Iterator[tuple[str, Callable[[], int], str]]:
     """(signal, a function counting what is in flight now, why metrics were not used)."""
     with (
@@ -175,13 +175,18 @@ def _pod_gauge(
 
             yield found[0], metrics, ""
             return
+    if not connections:
+        raise _NoSignal(
+            f"{pod}: {why}; the Service still routes to it, so its clients' connections "
+            "stay open and are not waited on"
+        )
     tables = _exec_tables(kube, namespace, pod, container)
     client_connections(tables, port)  # read once: a failure shows before the wait
 
-    def connections() -> int:
+    def open_connections() -> int:
         return client_connections(_exec_tables(kube, namespace, pod, container), port)
 
-    yield CONNECTIONS, connections, why
+    yield CONNECTIONS, open_connections, why
 
 
 def serving_port(
@@ -216,11 +221,19 @@ def grace_s(deployment: DeploymentSnapshot) -> float:
 
 
 def drain(
-    kube: Kube, namespace: str, service: str, name: str, *, port: int | None = None
+    kube: Kube,
+    namespace: str,
+    service: str,
+    name: str,
+    *,
+    port: int | None = None,
+    connections: bool = True,
 ) -> Drained | None:
     """Wait until no running pod of Deployment `name` has a generation in flight, at
     most its grace period; None when it has no running pod (nothing to wait for).
-    `port`: the serving port when neither the Service nor the template names one."""
+    `port`: the serving port when neither the Service nor the template names one.
+    `connections=False`: metrics only, for pods the Service still routes to (their
+    clients' kept-alive connections stay open whatever runs on them)."""
     deployment = read.read_deployment(kube, namespace, name)
     if deployment is None or deployment.replicas == 0:
         return None
@@ -243,7 +256,7 @@ def drain(
         for pod in pods:
             try:
                 signal, gauge, why = stack.enter_context(
-                    _pod_gauge(kube, namespace, pod, container, target)
+                    _pod_gauge(kube, namespace, pod, container, target, connections)
                 )
             except _NoSignal as exc:
                 notes.append(str(exc))
@@ -279,11 +292,16 @@ def _count(gauge: Callable[[], int]) -> int:
         return 0
 
 
-def drain_workloads(run: HandoffRun, names: Iterable[str]) -> None:
+def drain_workloads(run: HandoffRun, names: Iterable[str], *, connections: bool = True) -> None:
     """Drain each of the run's workloads `names`, recording what was seen on the run."""
     for name in names:
         found = drain(
-            run.kube, run.spec.namespace, run.spec.service, name, port=run.spec.candidate.port
+            run.kube,
+            run.spec.namespace,
+            run.spec.service,
+            name,
+            port=run.spec.candidate.port,
+            connections=connections,
         )
         if found is not None:
             run.drains.append(found)

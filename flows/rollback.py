@@ -17,6 +17,7 @@ import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
+from flows.drain import Drained, drain
 from flows.drift import ServiceGone
 from flows.errors import HandoffError, PermanentError
 from flows.kube import read, write
@@ -51,11 +52,17 @@ def rollback_by_hand(kube: Kube, spec: HandoffSpec, *, cause: str) -> Ledger | N
 
 
 def rollback(
-    kube: Kube, spec: HandoffSpec, *, cause: str, leave: Sequence[str] = ()
+    kube: Kube,
+    spec: HandoffSpec,
+    *,
+    cause: str,
+    leave: Sequence[str] = (),
+    drains: list[Drained] | None = None,
 ) -> Ledger | None:
     """Restore the pre-handoff state; returns the final ledger, or None if none was found.
     The objects in `leave` (`Deployment NAME`, `Service NAME`: a person edited them
-    during the handoff) are recorded in the ledger and left as they are."""
+    during the handoff) are recorded in the ledger and left as they are. The candidate's
+    drain, once the Service has left it, is appended to `drains`."""
     try:
         ledger = read_ledger(kube, spec)
     except NotFound as exc:
@@ -117,7 +124,7 @@ def rollback(
                     "live ones until a person removes it or changes its labels"
                 )
     else:
-        _restore_selector_then_candidate(kube, spec, ledger, problems)
+        _restore_selector_then_candidate(kube, spec, ledger, problems, drains)
     with _noted(problems):
         announce(
             kube,
@@ -158,7 +165,11 @@ def _routes_to_candidate(kube: Kube, spec: HandoffSpec, ledger: Ledger) -> bool:
 
 
 def _restore_selector_then_candidate(
-    kube: Kube, spec: HandoffSpec, ledger: Ledger, problems: list[str]
+    kube: Kube,
+    spec: HandoffSpec,
+    ledger: Ledger,
+    problems: list[str],
+    drains: list[Drained] | None = None,
 ) -> None:
     """One block: the candidate is stopped only once the Service has left it."""
     with _noted(problems):
@@ -167,6 +178,10 @@ def _restore_selector_then_candidate(
         pinned = _pinned_to_restored(kube, spec, ledger, problems)
         _move_selector(kube, spec, ledger, pinned or ledger.snapshot.selector)
         settle_data_plane()  # the proxies leave the candidate before it stops
+        if not spec.replaces_live:  # its generations end before it stops (flows/drain.py)
+            found = drain(kube, spec.namespace, spec.service, candidate_name(spec, ledger.strategy))
+            if found is not None and drains is not None:
+                drains.append(found)
         _undo_candidate(kube, spec, ledger)
         if pinned:
             _wait_candidate_gone(kube, spec, ledger)

@@ -16,9 +16,11 @@ from flows.spec import HandoffSpec
 
 if TYPE_CHECKING:
     from flows.bake_report import BakeReport
+    from flows.drain import Drained
     from flows.evidence import Evidence
     from flows.image import PinnedImage
     from flows.report.notify import Notifier
+    from flows.wayback import WayBack
 
 
 @dataclass
@@ -45,6 +47,8 @@ class HandoffRun:
     cancelled: list[int] = field(default_factory=list)
     # Why the run had nothing to do: the Service already served the spec's revision.
     nothing_to_do: str | None = None
+    drains: list[Drained] = field(default_factory=list)  # each workload's drain before it stopped
+    way_back: list[WayBack] = field(default_factory=list)  # the retired workloads' restart cost
 
     def advance(self, phase: Phase, **changes: Any) -> None:
         """Record that the handoff reached `phase` (no-op if it already had)."""

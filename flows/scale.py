@@ -4,12 +4,14 @@ scale_up: the candidate to its target replicas, waiting (watch) until they are
 Ready, failing fast like warm. retire: each old workload to 0 replicas, kept (as
 the seed keeps the reference at 0), after the swap and only once the Service's
 EndpointSlices and Endpoints no longer route to it, so no new client reaches a pod
-that is stopping. Both are replica counts: setting the same count again changes
-nothing.
+that is stopping, and once the generations its pods still run have ended (flows/drain.py);
+what bringing it back would cost is recorded first (flows/wayback.py). Both are replica
+counts: setting the same count again changes nothing.
 """
 
 from __future__ import annotations
 
+from flows.drain import drain_workloads
 from flows.kube import write
 from flows.kube.objects import PodSnapshot, owned_by_deployment
 from flows.kube.wait import wait_pods, wait_rolled_out
@@ -27,6 +29,7 @@ from flows.swap import (
     verify_service,
 )
 from flows.warm import wait_candidate_ready
+from flows.wayback import record_way_back
 
 RETIRE_S = 180.0
 
@@ -52,6 +55,8 @@ def retire(run: HandoffRun, *, record: bool = True) -> None:
     elif not run.spec.replaces_live:
         verify_service(run, target_selector(run))
         settle_data_plane()  # routes are verified in the API; the proxies follow
+        record_way_back(run)
+        drain_workloads(run, [d.name for d in run.plan.current])
         for deployment in run.plan.current:
             write.scale_deployment(run.kube, run.spec.namespace, deployment.name, 0)
         for deployment in run.plan.current:
@@ -79,6 +84,7 @@ def _rewrite_live_and_remove_twin(run: HandoffRun) -> None:
     target = target_selector(run)
     point_service(run, live_only_selector(run, target), came_from=[target])  # off the twin
     settle_data_plane()
+    drain_workloads(run, [run.candidate_name])
     write.delete_deployment(run.kube, spec.namespace, run.candidate_name)
     _wait_none_owned(run, run.candidate_name, manifest["spec"]["selector"]["matchLabels"])
 

@@ -160,6 +160,8 @@ def finish(
         else [],
         candidate_start_s=run.candidate_start_s,
         bake=run.bake,
+        drains=list(run.drains),
+        way_back=list(run.way_back),
         started_at=ledger.started_at,
         finished_at=now_iso(),
         flow_run_id=_run_id(),

@@ -16,7 +16,20 @@ from typing import Any, TypeVar
 from prefect import Task, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
-from flows import apply, approve, bake, drift, gating, image, outage, rollback, scale, swap, warm
+from flows import (
+    apply,
+    approve,
+    bake,
+    drift,
+    gating,
+    image,
+    outage,
+    rollback,
+    scale,
+    swap,
+    warm,
+    wayback,
+)
 from flows.capacity import Strategy
 from flows.errors import HandoffError
 from flows.evidence import Evidence
@@ -183,7 +196,7 @@ def approve_gates(run: HandoffRun, evidence: Evidence, *, auto: bool) -> None:
     approve.request_approval(
         run,
         what="the handoff",
-        summary=evidence.markdown(),
+        summary=evidence.markdown() + wayback.approval_note(run),
         brief=evidence.brief(),
         auto=auto,
         phase=Phase.APPROVED,
@@ -266,7 +279,7 @@ def roll_back(run: HandoffRun, cause: BaseException) -> None:
     if isinstance(cause, SelectorEdited):  # met at the write itself: left as it is
         leave = [f"Service {run.spec.service}"]
     try:
-        ledger = rollback.rollback(run.kube, run.spec, cause=text, leave=leave)
+        ledger = rollback.rollback(run.kube, run.spec, cause=text, leave=leave, drains=run.drains)
     except drift.ServiceGone as exc:
         gone = (
             cause

@@ -35,13 +35,7 @@ def read_bundles(kube: Kube, namespace: str) -> dict[str, str]:
 
 
 def store_bundle(
-    kube: Kube,
-    namespace: str,
-    key: str,
-    text: str,
-    *,
-    keep: Callable[[str], bool],
-    dry_run: bool = False,
+    kube: Kube, namespace: str, key: str, text: str, *, keep: Callable[[str], bool]
 ) -> None:
     """Set `key` to `text` in the namespace's bundle ConfigMap (created on first use);
     other keys stay while keep(key) says so (the bundles still named by a history)."""
@@ -54,7 +48,7 @@ def store_bundle(
             # A 409 here (another handoff created it first) reads again.
             with mapped(f"create ConfigMap {namespace}/{BUNDLES_CONFIGMAP}"):
                 kube.core.create_namespaced_config_map(
-                    namespace, as_body(body), dry_run=_dry(kube, dry_run)
+                    namespace, as_body(body), dry_run=_dry(kube, False)
                 )
             return
         data = {k: v for k, v in (current.get("data") or {}).items() if keep(k)}
@@ -68,7 +62,7 @@ def store_bundle(
                 BUNDLES_CONFIGMAP,
                 namespace,
                 as_body({"metadata": meta, "data": data}),
-                dry_run=_dry(kube, dry_run),
+                dry_run=_dry(kube, False),
             )
 
     _reread_on_conflict(attempt, what)

@@ -55,10 +55,7 @@ def approvers(entry: dict[str, Any]) -> list[str]:
 
 def _trigger(entry: dict[str, Any]) -> str:
     trigger = entry.get("trigger") or {}
-    commit = (trigger.get("merge_commit") or "")[:12]
-    if commit and trigger.get("source") == "reconciler":  # a merge it found never handed off
-        return f"{commit} (reconciler)"
-    return commit or trigger.get("source") or "-"
+    return (trigger.get("merge_commit") or "")[:12] or trigger.get("source") or "-"
 
 
 def _gates(entry: dict[str, Any]) -> str:
@@ -137,6 +134,31 @@ def find(entries: list[dict[str, Any]], run_id: str) -> list[dict[str, Any]]:
     ]
 
 
+def _lines(title: str, items: Any, show: Any) -> list[str]:
+    """A titled block, one line per recorded item; nothing when none was recorded."""
+    shown = [show(i) for i in items or [] if isinstance(i, dict)]
+    return [title, *[f"  {line}" for line in shown]] if shown else []
+
+
+def _drained(d: dict[str, Any]) -> str:
+    """A workload's drain before it stopped: the signal and how long (flows/drain.py)."""
+    left = d.get("left") or 0
+    how = (
+        f"{left} still in flight at the {d.get('bound_s')} s grace period"
+        if left
+        else f"drained in {d.get('waited_s')} s"
+    )
+    note = f" ({d['detail']})" if d.get("detail") else ""
+    return f"{d.get('workload')}: {how}, by {d.get('signal')}{note}"
+
+
+def _way_back(w: dict[str, Any]) -> str:
+    """A retired workload's cost of serving again (flows/wayback.py)."""
+    seconds = w.get("start_s")
+    cost = "unknown" if seconds is None else f"about {float(seconds):.0f} s"
+    return f"{w.get('workload')}: {cost} to serve again from 0 ({w.get('basis')})"
+
+
 def _bundle(ref: Any) -> list[str]:
     """The evidence bundle's digest, where it is kept, and who signed it (or why not)."""
     if not isinstance(ref, dict):
@@ -169,6 +191,8 @@ def detail(entry: dict[str, Any]) -> str:
     ]
     if entry.get("downtime_bound_s") is not None:
         lines.append(f"Downtime:   {downtime(entry)} s (measured of declared)")
+    lines += _lines("Drained:", entry.get("drains"), _drained)
+    lines += _lines("Way back:", entry.get("way_back"), _way_back)
     steps = entry.get("durations_s") or {}
     lines.append("Steps:" + ("" if steps else "      -"))
     lines += [f"  {name:<12}{seconds:>9.1f}s" for name, seconds in steps.items()]

@@ -141,6 +141,8 @@ def record_markdown(entry: HandoffRecord, evidence: Evidence | None) -> str:
             and entry.downtime_bound_s is not None
             else []
         ),
+        *[f"- drained before stopping: {d.line()}" for d in entry.drains],
+        *[f"- way back: {w.line()}" for w in entry.way_back],
     ]
     if entry.bake is not None:
         lines.append("\n" + entry.bake.markdown())

@@ -14,6 +14,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from flows.bake_report import BakeReport
+from flows.drain import Drained
 from flows.kube import read, write
 from flows.kube.client import Kube
 from flows.ledger import (
@@ -30,6 +31,7 @@ from flows.report.attest import BundleRef, publish
 from flows.report.timeline import StepSpan
 from flows.source_tree import SourceTree
 from flows.spec import HandoffSpec
+from flows.wayback import WayBack
 
 
 class Trigger(BaseModel):
@@ -74,6 +76,12 @@ class HandoffRecord(BaseModel):
     downtime_parts: list[str] = Field(default_factory=list)
     candidate_start_s: float | None = Field(None, description="candidate scaled to Ready")
     bake: BakeReport | None = Field(None, description="the bake after the scale-up, if any")
+    drains: list[Drained] = Field(
+        default_factory=list, description="each workload's wait for its generations to end"
+    )
+    way_back: list[WayBack] = Field(
+        default_factory=list, description="what serving again would cost each retired workload"
+    )
     started_at: str
     finished_at: str
     flow_run_id: str | None = None

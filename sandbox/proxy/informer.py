@@ -75,8 +75,7 @@ class Informer:
 def api_client(kubeconfig: str) -> client.ApiClient:
     from kubernetes import config
 
-    api: client.ApiClient = config.new_client_from_config(config_file=kubeconfig)  # untyped
-    return api
+    return config.new_client_from_config(config_file=kubeconfig)
 
 
 def endpoint_slices_lister(api: client.ApiClient) -> ListFunc:
@@ -86,8 +85,6 @@ def endpoint_slices_lister(api: client.ApiClient) -> ListFunc:
     group = next((g for g in groups if g.name == SLICE_GROUP), None)
     if group is None:
         raise RuntimeError(f"the API server serves no {SLICE_GROUP} EndpointSlices")
-    if group.preferred_version is None:
-        raise RuntimeError(f"the API server names no preferred version of {SLICE_GROUP}")
     version = group.preferred_version.version
     objects = client.CustomObjectsApi(api)
 

@@ -136,11 +136,7 @@ class ServiceProxy:
 
     def poster(self, loop: asyncio.AbstractEventLoop) -> Callable[[Change], None]:
         """A thread-safe way to hand this proxy a change."""
-
-        def post(change: Change) -> None:
-            loop.call_soon_threadsafe(self._changes.put_nowait, change)
-
-        return post
+        return lambda change: loop.call_soon_threadsafe(self._changes.put_nowait, change)
 
     async def run(self, on_ready: Callable[[], None]) -> None:
         while True:

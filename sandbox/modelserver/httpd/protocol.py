@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from collections.abc import Callable, Coroutine
-from typing import Any
+from collections.abc import Awaitable, Callable
 
 from sandbox.modelserver.httpd.exchange import Exchange
 from sandbox.modelserver.httpd.wire import (
@@ -17,7 +16,7 @@ from sandbox.modelserver.httpd.wire import (
     parse_head,
 )
 
-Handler = Callable[[Exchange], Coroutine[Any, Any, None]]  # run as a task
+Handler = Callable[[Exchange], Awaitable[None]]
 BadRequestResponse = Callable[[BadRequest], bytes]  # a complete response that closes
 
 
