@@ -12,7 +12,7 @@ import re
 import typer
 from typer.models import CommandInfo
 
-from cli import demo, gate, golden, handoff, image, sandbox, webhook
+from cli import demo, gate, golden, handoff, image, reconcile, sandbox, webhook
 
 app = typer.Typer(
     name="handoff",
@@ -33,6 +33,7 @@ for command in (
     handoff.approve,
     handoff.rollback,
     handoff.history,
+    reconcile.reconcile,
     handoff.keygen,
 ):
     app.command()(command)

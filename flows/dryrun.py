@@ -1,5 +1,6 @@
-"""The plan's server-side dry-runs: every write the handoff may make to Deployments and
-to the Service, on the forward path and in a rollback, is sent once with dryRun=All
+"""The plan's server-side dry-runs: every write the handoff may make to Deployments, to
+the Service and to the evidence bundles' ConfigMap, on the forward path and in a
+rollback, is sent once with dryRun=All
 before anything is changed, so a refusal (RBAC 403) or an admission rejection stops
 the handoff at plan time. The apiserver authorises, validates and admits each one,
 then persists nothing.
@@ -22,6 +23,7 @@ from pydantic import BaseModel, ConfigDict
 from flows.capacity import Strategy
 from flows.errors import HandoffError
 from flows.kube import write
+from flows.kube.bundles import BUNDLES_CONFIGMAP, store_bundle
 from flows.kube.client import Kube, NotFound
 from flows.kube.objects import DeploymentSnapshot, ServiceSnapshot
 from flows.ledger import ANNOTATION
@@ -110,6 +112,10 @@ def planned_writes(
                 message="dry-run",
                 dry_run=True,
             ),
+        ),
+        (
+            f"store the evidence bundle in ConfigMap {BUNDLES_CONFIGMAP}",
+            lambda: store_bundle(kube, ns, "plan", "{}", keep=lambda _: True, dry_run=True),
         ),
     ]
     if candidate not in {d.name for d in current}:

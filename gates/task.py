@@ -7,9 +7,13 @@ baseline is the live server, or in place the golden scores recorded from it earl
 (`handoff golden record --task-suite`). The decision is paired, on the same cases: exact
 McNemar for pass/fail cases, a paired bootstrap for graded scores (gates.task_stats).
 
-Rule: fail when the candidate is worse than the baseline by more than `margin` points AND
-the paired test says the loss is not chance; fail when its score is under `floor`. A
-suite too small to show a loss passes; the report says how sure it is.
+Three outcomes (gates.task_power): fail when the candidate is worse than the baseline by
+more than `margin` points AND the paired test says the loss is not chance, or when its
+score is under `floor`; pass only when the loss's one-sided upper bound is within the
+margin; otherwise no verdict, naming the bound and what would decide it. A baseline that
+scores on too few cases for any loss beyond the margin to be shown gets no verdict: the
+suite measures nothing for that model. The report states the smallest loss the suite can
+show.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import asyncio
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from gates import task_power as power
 from gates.blocking import blocking
 from gates.errors import ServerError
 from gates.result import GateResult
@@ -25,7 +30,7 @@ from gates.stats import Interval
 from gates.task_collect import TASK_GOLDEN_FORMAT, SideScores, collect_scores
 from gates.task_report import Flip, TaskFigures
 from gates.task_sandbox import SandboxUnavailable, isolation
-from gates.task_stats import bootstrap_mean, mcnemar_worse, paired_bootstrap_difference, wilson
+from gates.task_stats import bootstrap_mean, wilson
 from gates.task_suite import TaskSuite
 
 TaskResult = GateResult[TaskFigures]
@@ -38,12 +43,14 @@ class TaskRule(BaseModel):
     floor: float | None = Field(None, ge=0, le=100, description="least score, in percent")
     confidence: float = Field(0.95, gt=0.5, lt=1)
 
-    def describe(self, test: str) -> str:
+    def describe(self, test: str, bound: str) -> str:
         floor = f"; or when its score is under {self.floor:g} %" if self.floor is not None else ""
         return (
             f"fail when the candidate scores more than {self.margin:g} points below the "
             f"baseline and {test} says the loss is not chance (one-sided, at "
-            f"{1 - self.confidence:.2g}){floor}; otherwise pass"
+            f"{1 - self.confidence:.2g}){floor}; pass when the loss's one-sided "
+            f"{self.confidence:.0%} upper bound ({bound}) is at most {self.margin:g} points; "
+            "otherwise no verdict"
         )
 
 
@@ -124,9 +131,11 @@ def judge(
     """The verdict on both sides' scores (pure)."""
     base = [c.score for c in baseline.cases]
     cand = [c.score for c in candidate.cases]
-    n, conf = len(base), rule.confidence
+    n, conf, graded = len(base), rule.confidence, suite.graded
     lost = sum(b > c for b, c in zip(base, cand, strict=True))
     gained = sum(c > b for b, c in zip(base, cand, strict=True))
+    loss = power.paired(base, cand, graded=graded, confidence=conf)
+    smallest = power.detectable(base, graded=graded, confidence=conf, margin=rule.margin)
     figures = figures.model_copy(
         update={
             "lost": lost,
@@ -135,44 +144,71 @@ def judge(
             "floor": rule.floor,
             "confidence": conf,
             "flips": _flips(suite, baseline, candidate),
+            "loss": loss.points,
+            "p_value": loss.p_value,
+            "detectable_cases": smallest[0] if smallest else None,
+            "detectable_loss": smallest[1] if smallest else None,
         }
     )
-    if suite.graded:
+    if graded:
         b_int, c_int = bootstrap_mean(base, confidence=conf), bootstrap_mean(cand, confidence=conf)
-        diff = paired_bootstrap_difference(cand, base, confidence=conf)
-        significant = diff.high < 0
-        figures.test, figures.difference = "paired bootstrap", _points(diff)
+        figures.test, bound = "paired bootstrap", "paired bootstrap"
     else:
         b_int = wilson(sum(s >= 1 for s in base), n, confidence=conf)
         c_int = wilson(sum(s >= 1 for s in cand), n, confidence=conf)
-        figures.p_value = mcnemar_worse(lost, gained)
-        significant = figures.p_value < 1 - conf
+        bound = "Newcombe's paired score interval"
     figures.baseline_score, figures.candidate_score = _points(b_int), _points(c_int)
-    figures.rule = rule.describe(figures.test)
-    drop = figures.baseline_score.point - figures.candidate_score.point
+    figures.rule = rule.describe(figures.test, bound)
+    drop, high = loss.points.point, loss.points.high
     scores = (
         f"candidate {figures.candidate_score.point:.1f} % vs baseline "
         f"{figures.baseline_score.point:.1f} % ({lost} lost, {gained} gained of {n})"
     )
     failures = []
-    if drop > rule.margin and significant:
+    if power.shown(loss, rule.margin):
         failures.append(f"{drop:.1f} points worse, beyond the {rule.margin:g}-point margin")
     if rule.floor is not None and figures.candidate_score.point < rule.floor:
         failures.append(f"under the floor of {rule.floor:g} %")
+    passed: bool | None = None
     if failures:
-        reason = f"{scores}: " + "; ".join(failures)
-    elif drop > rule.margin:
-        reason = f"{scores}: worse, but {figures.test} cannot tell the loss from chance"
+        passed, reason = False, f"{scores}: " + "; ".join(failures)
+    elif smallest is None:
+        reason = (
+            f"no verdict: {scores}: the suite measures nothing for this baseline: it scores "
+            f"on {sum(s > 0 for s in base)} of {n} cases, and even a candidate losing all of "
+            f"them would not show a loss beyond the {rule.margin:g}-point margin "
+            f"({figures.test}, at {1 - conf:.2g}); record the baseline from a model that "
+            "does the suite's tasks, or grow the suite with cases it answers"
+        )
+    elif high <= rule.margin:
+        passed = True
+        reason = (
+            f"{scores}: within the {rule.margin:g}-point margin (the loss is at most "
+            f"{high:.1f} points, one-sided {conf:.0%})"
+        )
     else:
-        reason = f"{scores}: within the {rule.margin:g}-point margin"
+        needed = power.cases_needed(
+            base, cand, loss, graded=graded, confidence=conf, margin=rule.margin
+        )
+        figures.cases_needed = needed
+        decide = (
+            f"a suite of about {needed} cases losing and gaining at these rates, or a margin "
+            f"of at least {high:.1f} points, would pass it"
+            if needed is not None
+            else f"the loss seen is not within the margin, so no suite size would pass it; "
+            f"a margin of at least {high:.1f} points would"
+        )
+        reason = (
+            f"no verdict: {scores}: {drop:.1f} points lost, not shown beyond the "
+            f"{rule.margin:g}-point margin, and the loss may be up to {high:.1f} points "
+            f"(one-sided {conf:.0%}), over the margin; {decide}"
+        )
     evidence = [
         f"{f.direction}: case {f.case_id}: baseline {f.baseline_answer!r} ({f.baseline_verdict}), "
         f"candidate {f.candidate_answer!r} ({f.candidate_verdict})"
         for f in figures.flips
     ]
-    return TaskResult(
-        name="task", passed=not failures, reason=reason, figures=figures, evidence=evidence
-    )
+    return TaskResult(name="task", passed=passed, reason=reason, figures=figures, evidence=evidence)
 
 
 def _points(interval: Interval) -> Interval:

@@ -32,7 +32,10 @@ class TaskFigures(Figures):
     test: Literal["exact McNemar", "paired bootstrap"] = "exact McNemar"
     baseline_score: Interval | None = None  # percent
     candidate_score: Interval | None = None
-    difference: Interval | None = None  # candidate - baseline, points (bootstrap only)
+    loss: Interval | None = None  # baseline - candidate, points, bounds one-sided at confidence
+    detectable_cases: int | None = None  # fewest lost cases the suite shows as a loss
+    detectable_loss: float | None = None  # their loss in points; None: the suite measures nothing
+    cases_needed: int | None = None  # about how many would decide a no verdict
     lost: int = 0
     gained: int = 0
     p_value: float | None = None  # exact McNemar, candidate worse
@@ -62,11 +65,22 @@ class TaskFigures(Figures):
         lines.append(f"Cases lost by the candidate: {self.lost}; gained: {self.gained}.")
         if self.p_value is not None:
             lines.append(f"Exact McNemar, one-sided (candidate worse): p = {self.p_value:.4f}.")
-        if self.difference is not None:
-            d = self.difference
+        if self.loss is not None:
+            d = self.loss
             lines.append(
-                f"Candidate − baseline: {d.point:+.1f} points ({d.low:+.1f} to {d.high:+.1f})."
+                f"Loss (baseline − candidate): {d.point:+.1f} points, one-sided "
+                f"{self.confidence:.0%} bounds {d.low:+.1f} to {d.high:+.1f}; margin "
+                f"{self.margin:g}."
             )
+        if self.detectable_loss is not None:
+            lines.append(
+                f"Power: the smallest loss this suite can show is {self.detectable_loss:.1f} "
+                f"points ({self.detectable_cases} of {self.n_cases} cases lost, none gained)."
+            )
+        elif self.loss is not None:
+            lines.append("Power: none; the baseline scores on too few cases to show any loss.")
+        if self.cases_needed is not None:
+            lines.append(f"About {self.cases_needed} cases would decide it at these rates.")
         lines += [
             "",
             f"**Rule:** {self.rule}",

@@ -1,9 +1,10 @@
 """Paired statistics for the task gate: the same cases scored on both sides.
 
-Pass/fail cases: exact McNemar (a one-sided binomial test on the discordant cases) and
-Wilson intervals for each side's pass rate. Graded scores (k samples, graded checkers):
-a paired percentile bootstrap over cases with a fixed seed, so a recorded run always
-decides the same way.
+Pass/fail cases: exact McNemar (a one-sided binomial test on the discordant cases), Wilson
+intervals for each side's pass rate, and Newcombe's hybrid score interval (his method 10,
+Stat. Med. 1998) for the paired loss. Graded scores (k samples, graded checkers): a paired
+percentile bootstrap over cases with a fixed seed, so a recorded run always decides the
+same way. Every bound a decision reads is one-sided at `confidence`.
 """
 
 from __future__ import annotations
@@ -29,14 +30,43 @@ def mcnemar_worse(lost: int, gained: int) -> float:
 
 
 def wilson(passed: int, n: int, *, confidence: float) -> Interval:
-    """The pass rate and its Wilson score interval."""
+    """The pass rate and its two-sided Wilson score interval."""
+    return _wilson(passed, n, _z(confidence))
+
+
+def _wilson(passed: float, n: float, z: float) -> Interval:
     if n == 0:
         raise ValueError("a pass rate needs at least one case")
-    z = _z(confidence)
     p = passed / n
     centre = (p + z * z / (2 * n)) / (1 + z * z / n)
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
     return Interval(point=p, low=max(0.0, centre - half), high=min(1.0, centre + half))
+
+
+def paired_loss(
+    lost: float, gained: float, both_passed: float, both_failed: float, *, confidence: float
+) -> Interval:
+    """The baseline's pass rate minus the candidate's, with bounds each one-sided at
+    `confidence`: Newcombe's hybrid score interval for paired proportions (method 10), which
+    narrows as the two sides agree case by case. Counts may be fractional (a suite scaled to
+    another size at the same rates)."""
+    a, b, c, d = both_passed, lost, gained, both_failed
+    n = a + b + c + d
+    z = NormalDist().inv_cdf(confidence)
+    base, cand = _wilson(a + b, n, z), _wilson(a + c, n, z)
+    margins = (a + b) * (c + d) * (a + c) * (b + d)
+    cross = a * d - b * c
+    if cross > 0:  # Newcombe's continuity correction of the correlation
+        cross = max(cross - n / 2, 0.0)
+    phi = cross / math.sqrt(margins) if margins > 0 else 0.0
+    loss = base.point - cand.point
+
+    def spread(x: float, y: float) -> float:
+        return math.sqrt(max(x * x - 2 * phi * x * y + y * y, 0.0))
+
+    low = loss - spread(base.point - base.low, cand.high - cand.point)
+    high = loss + spread(base.high - base.point, cand.point - cand.low)
+    return Interval(point=loss, low=max(low, -1.0), high=min(high, 1.0))
 
 
 def bootstrap_mean(
@@ -55,10 +85,11 @@ def paired_bootstrap_difference(
     confidence: float,
     n_resamples: int = 2000,
 ) -> Interval:
-    """Mean of (candidate - baseline) per case, resampling whole cases."""
+    """Mean of (candidate - baseline) per case, resampling whole cases; each bound is
+    one-sided at `confidence` (the (1 - confidence) and `confidence` percentiles)."""
     diff = np.asarray(candidate, dtype=float) - np.asarray(baseline, dtype=float)
     draws = _resample(diff, n_resamples).mean(axis=1)
-    return _interval(float(diff.mean()), draws, confidence)
+    return _interval(float(diff.mean()), draws, 2 * confidence - 1)
 
 
 def _resample(values: np.ndarray, n_resamples: int) -> np.ndarray:

@@ -9,7 +9,7 @@ Images keep their real names in the manifests; `image_overrides()` gives the
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import git
 import yaml
@@ -121,7 +121,7 @@ def publish_candle(world: World, *, delay_s: float = 0.0) -> str:
     )
 
 
-def before_state_documents(world: World, namespace: str = NAMESPACE) -> list[dict]:  # type: ignore[type-arg]
+def before_state_documents(world: World, namespace: str = NAMESPACE) -> list[dict[str, Any]]:
     """The before-state manifests with their images pointed at the sandbox registry,
     optionally moved to another namespace (its own PersistentVolume included)."""
     docs = []
@@ -138,14 +138,14 @@ def apply_before_state(kubeconfig: Path, world: World, namespace: str = NAMESPAC
     kubectl_apply(kubeconfig, before_state_documents(world, namespace))
 
 
-def _override_images(doc: dict, world: World) -> dict:  # type: ignore[type-arg]
+def _override_images(doc: dict[str, Any], world: World) -> dict[str, Any]:
     if doc.get("kind") == "Deployment":
         for container in doc["spec"]["template"]["spec"]["containers"]:
             container["image"] = container["image"].replace(REAL_REGISTRY, world.registry_host, 1)
     return doc
 
 
-def _in_namespace(doc: dict, namespace: str) -> dict:  # type: ignore[type-arg]
+def _in_namespace(doc: dict[str, Any], namespace: str) -> dict[str, Any]:
     if namespace == NAMESPACE:
         return doc
     kind, meta = doc["kind"], doc["metadata"]

@@ -46,7 +46,7 @@ def _tail(stream: _Stream) -> list[bytes]:
     if not stream.include_usage:
         return [_DONE]
     usage = {"prompt_tokens": 1, "completion_tokens": stream.n_out}
-    chunk = {"id": stream.id, "object": "text_completion", "model": MODEL_ID}
+    chunk: dict[str, object] = {"id": stream.id, "object": "text_completion", "model": MODEL_ID}
     chunk |= {"choices": [], "usage": usage | {"total_tokens": stream.n_out + 1}}
     return [b"data: " + json.dumps(chunk).encode() + b"\n\n", _DONE]
 

@@ -35,7 +35,13 @@ def read_bundles(kube: Kube, namespace: str) -> dict[str, str]:
 
 
 def store_bundle(
-    kube: Kube, namespace: str, key: str, text: str, *, keep: Callable[[str], bool]
+    kube: Kube,
+    namespace: str,
+    key: str,
+    text: str,
+    *,
+    keep: Callable[[str], bool],
+    dry_run: bool = False,
 ) -> None:
     """Set `key` to `text` in the namespace's bundle ConfigMap (created on first use);
     other keys stay while keep(key) says so (the bundles still named by a history)."""
@@ -48,7 +54,7 @@ def store_bundle(
             # A 409 here (another handoff created it first) reads again.
             with mapped(f"create ConfigMap {namespace}/{BUNDLES_CONFIGMAP}"):
                 kube.core.create_namespaced_config_map(
-                    namespace, as_body(body), dry_run=_dry(kube, False)
+                    namespace, as_body(body), dry_run=_dry(kube, dry_run)
                 )
             return
         data = {k: v for k, v in (current.get("data") or {}).items() if keep(k)}
@@ -62,7 +68,7 @@ def store_bundle(
                 BUNDLES_CONFIGMAP,
                 namespace,
                 as_body({"metadata": meta, "data": data}),
-                dry_run=_dry(kube, False),
+                dry_run=_dry(kube, dry_run),
             )
 
     _reread_on_conflict(attempt, what)

@@ -55,7 +55,10 @@ def approvers(entry: dict[str, Any]) -> list[str]:
 
 def _trigger(entry: dict[str, Any]) -> str:
     trigger = entry.get("trigger") or {}
-    return (trigger.get("merge_commit") or "")[:12] or trigger.get("source") or "-"
+    commit = (trigger.get("merge_commit") or "")[:12]
+    if commit and trigger.get("source") == "reconciler":  # a merge it found never handed off
+        return f"{commit} (reconciler)"
+    return commit or trigger.get("source") or "-"
 
 
 def _gates(entry: dict[str, Any]) -> str:

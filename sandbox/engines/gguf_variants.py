@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +39,7 @@ def _copy_fields(reader: gguf.GGUFReader, writer: gguf.GGUFWriter, file_type: in
 
 
 def _as_f16(tensor: Any) -> np.ndarray:
-    return dequantize(tensor.data, tensor.tensor_type).astype(np.float16)
+    return np.array(dequantize(tensor.data, tensor.tensor_type), dtype=np.float16)
 
 
 def derive(src: Path, dst: Path, *, dequantize_all: bool, zero: dict[int, tuple[int, int]]) -> None:
@@ -101,4 +100,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

@@ -116,7 +116,7 @@ def engine_argv(*, container: V1Container, image: PulledImage, port: int) -> lis
             f"{[v for v in llamacpp.VARIANTS if not v.endswith('-zkb')]}"
         )
     try:
-        path = llamacpp.model_path(variant)  # type: ignore[arg-type]
+        path = llamacpp.model_path(variant)
     except (llamacpp.EngineMissing, RuntimeError) as exc:
         raise ContainerConfigError(str(exc)) from exc
     return llamacpp.server_argv(path, port, _without_node_flags(container.args or []))

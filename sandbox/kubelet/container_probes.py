@@ -69,7 +69,7 @@ class ContainerProbes:
         for kind in (ProbeKind.STARTUP, ProbeKind.LIVENESS):
             worker = self._workers.get(kind)
             if worker is not None and worker.failed:
-                return kind.value.lower()
+                return kind.name.lower()
         return None
 
     def _worker(self, kind: ProbeKind, probe: V1Probe) -> ProbeWorker:

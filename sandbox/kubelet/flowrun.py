@@ -23,7 +23,14 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from kubernetes import client
-from kubernetes.client import V1Container, V1EnvVar, V1PodSpec, V1Volume
+from kubernetes.client import (
+    V1ConfigMapKeySelector,
+    V1Container,
+    V1EnvVar,
+    V1PodSpec,
+    V1SecretKeySelector,
+    V1Volume,
+)
 from kubernetes.client.exceptions import ApiException
 
 from sandbox.kubelet.command import ContainerConfigError
@@ -77,13 +84,17 @@ def _volume(spec: V1PodSpec, name: str, container: V1Container) -> V1Volume:
     raise ContainerConfigError(f"container {container.name} mounts volume {name!r}, not in the pod")
 
 
-def _keys(core: client.CoreV1Api, kind: str, name: str, namespace: str) -> dict[str, bytes]:
+def _keys(
+    core: client.CoreV1Api, kind: str, name: str | None, namespace: str, where: str
+) -> dict[str, bytes]:
     """A Secret's (kind "secret") or a ConfigMap's keys and their bytes."""
+    if name is None:
+        raise ContainerConfigError(f"{where} names no {kind}; give it the {kind}'s name")
     if kind == "secret":
-        data = core.read_namespaced_secret(name, namespace).data or {}
-        return {k: base64.b64decode(v) for k, v in data.items()}
-    data = core.read_namespaced_config_map(name, namespace).data or {}
-    return {k: v.encode() for k, v in data.items()}
+        secret = core.read_namespaced_secret(name, namespace).data or {}
+        return {k: base64.b64decode(v) for k, v in secret.items()}
+    config = core.read_namespaced_config_map(name, namespace).data or {}
+    return {k: v.encode() for k, v in config.items()}
 
 
 def _project(ctx: NodeContext, pod: PodRef, volume: V1Volume, pod_dir: Path) -> Path:
@@ -91,11 +102,12 @@ def _project(ctx: NodeContext, pod: PodRef, volume: V1Volume, pod_dir: Path) -> 
     target = pod_dir / "volumes" / volume.name
     target.mkdir(parents=True, exist_ok=True)
     core = client.CoreV1Api(ctx.api)
+    where = f"pod {pod.namespace}/{pod.name}: volume {volume.name!r}"
     try:
         if volume.secret is not None:
-            files = _keys(core, "secret", volume.secret.secret_name, pod.namespace)
+            files = _keys(core, "secret", volume.secret.secret_name, pod.namespace, where)
         elif volume.config_map is not None:
-            files = _keys(core, "configmap", volume.config_map.name, pod.namespace)
+            files = _keys(core, "configmap", volume.config_map.name, pod.namespace, where)
         elif volume.empty_dir is not None:
             files = {}
         else:
@@ -142,9 +154,10 @@ def _env_from_ref(
     reads it when it starts the container; None for an optional one that is missing."""
     source = var.value_from
     where = f"pod {pod.namespace}/{pod.name}: container {container.name}: env {var.name}"
-    if source.secret_key_ref is not None:
+    ref: V1SecretKeySelector | V1ConfigMapKeySelector
+    if source is not None and source.secret_key_ref is not None:
         ref, kind = source.secret_key_ref, "secret"
-    elif source.config_map_key_ref is not None:
+    elif source is not None and source.config_map_key_ref is not None:
         ref, kind = source.config_map_key_ref, "configmap"
     else:
         raise ContainerConfigError(
@@ -153,7 +166,7 @@ def _env_from_ref(
         )
     core = client.CoreV1Api(ctx.api)
     try:
-        raw = _keys(core, kind, ref.name, pod.namespace).get(ref.key)
+        raw = _keys(core, kind, ref.name, pod.namespace, where).get(ref.key)
         value = raw.decode() if raw is not None else None
     except ApiException as exc:
         if exc.status != 404:

@@ -108,7 +108,8 @@ def register_node(api: client.ApiClient, node: NodeConfig, kubelet_port: int) ->
     core = client.CoreV1Api(api)
     body = node_body(node, kubelet_port)
     try:
-        core.create_node(body)
+        # The client sends a dict body as it is; its annotation names only the model.
+        core.create_node(body)  # type: ignore[arg-type]
     except ApiException as exc:
         if exc.status != 409:
             raise
@@ -132,10 +133,10 @@ def heartbeat(api: client.ApiClient, node_name: str) -> None:
     except ApiException as exc:
         if exc.status != 404:
             raise
-        leases.create_namespaced_lease(
-            "kube-node-lease",
-            {"metadata": {"name": node_name, "namespace": "kube-node-lease"}, "spec": spec},
-        )
+        lease = {"metadata": {"name": node_name, "namespace": "kube-node-lease"}, "spec": spec}
+        # The client sends a dict body as it is (renewTime keeps its MicroTime form); its
+        # annotation names only the model.
+        leases.create_namespaced_lease("kube-node-lease", lease)  # type: ignore[arg-type]
 
 
 class NodeHeartbeat:
@@ -180,12 +181,12 @@ def ensure_runtime_class(api: client.ApiClient) -> None:
     Without it the apiserver rejects every pod that names it ("RuntimeClass "nvidia" not
     found"), which the seed's manifests all do.
     """
-    body = {
-        "apiVersion": "node.k8s.io/v1",
-        "kind": "RuntimeClass",
-        "metadata": {"name": GPU_RUNTIME_CLASS},
-        "handler": GPU_RUNTIME_CLASS,
-    }
+    body = client.V1RuntimeClass(
+        api_version="node.k8s.io/v1",
+        kind="RuntimeClass",
+        metadata=client.V1ObjectMeta(name=GPU_RUNTIME_CLASS),
+        handler=GPU_RUNTIME_CLASS,
+    )
     try:
         client.NodeV1Api(api).create_runtime_class(body)
     except ApiException as exc:

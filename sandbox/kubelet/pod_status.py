@@ -19,6 +19,7 @@ from kubernetes.client import V1Pod
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError as Urllib3Error
 
+from sandbox.kubelet import podfields
 from sandbox.kubelet.context import NodeContext
 from sandbox.kubelet.partition import is_partitioned
 from sandbox.kubelet.status import (
@@ -58,7 +59,7 @@ class PodStatusWriter:
             ]
         )
         self._start_time = rfc3339(status.start_time) or now_rfc3339()
-        self._restart_policy = pod.spec.restart_policy or "Always"
+        self._restart_policy = podfields.spec(pod).restart_policy or "Always"
         self._last: Status | None = None
         self._written_over: str | None = None  # the resourceVersion seen when last written
 
@@ -78,12 +79,13 @@ class PodStatusWriter:
                 "containerStatuses": statuses,
             }
         }
-        if is_partitioned(self._kubelet_dir, pod.spec.node_name):
+        ref = podfields.pod_ref(pod)
+        if is_partitioned(self._kubelet_dir, ref.node):
             self._last = None  # posted afresh once the node is back, as a status manager does
             return True
         if body == self._last and not self._overwritten(pod):
             return True
-        name, namespace = pod.metadata.name, pod.metadata.namespace
+        name, namespace = ref.name, ref.namespace
         try:
             self._core.patch_namespaced_pod_status(name, namespace, body)
         except ApiException as exc:
@@ -97,13 +99,13 @@ class PodStatusWriter:
             log.warning("status of pod %s/%s not written (retried): %r", namespace, name, exc)
             return True
         self._last = body
-        self._written_over = pod.metadata.resource_version
+        self._written_over = podfields.resource_version(pod)
         return True
 
     def _overwritten(self, pod: V1Pod) -> bool:
         """Whether a newer pod object than the one last written over holds other
         statuses for the kubelet's conditions than the ones last written."""
-        if self._last is None or pod.metadata.resource_version == self._written_over:
+        if self._last is None or podfields.resource_version(pod) == self._written_over:
             return False  # the watch has not yet brought anything newer than our write
         ours = {c["type"]: c["status"] for c in self._last["status"]["conditions"]}
         found = (pod.status and pod.status.conditions) or []

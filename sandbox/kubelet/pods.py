@@ -15,6 +15,7 @@ from kubernetes import client, watch
 from kubernetes.client import V1Pod
 from kubernetes.client.exceptions import ApiException
 
+from sandbox.kubelet import podfields
 from sandbox.kubelet.context import NodeContext
 from sandbox.kubelet.podworker import PodWorker
 
@@ -33,26 +34,27 @@ class PodManager:
         self._stopping = False
 
     def upsert(self, pod: V1Pod) -> None:
-        uid = pod.metadata.uid
+        pod_uid = podfields.uid(pod)
         with self._lock:
-            if self._stopping or uid in self._finished:
+            if self._stopping or pod_uid in self._finished:
                 return
-            worker = self._workers.get(uid)
+            worker = self._workers.get(pod_uid)
             if worker is None:
-                self._workers[uid] = PodWorker(self._ctx, pod, on_exit=self._exited).start()
+                self._workers[pod_uid] = PodWorker(self._ctx, pod, on_exit=self._exited).start()
                 return
         worker.update(pod)
 
     def delete(self, pod: V1Pod) -> None:
+        pod_uid = podfields.uid(pod)
         with self._lock:
-            self._finished.discard(pod.metadata.uid)  # no event follows a deletion
-            worker = self._workers.get(pod.metadata.uid)
+            self._finished.discard(pod_uid)  # no event follows a deletion
+            worker = self._workers.get(pod_uid)
         if worker is not None:
             worker.gone()
 
     def resync(self, node: str, pods: list[V1Pod]) -> None:
         """Make the workers of ``node`` match a fresh list of its pods."""
-        listed = {p.metadata.uid for p in pods}
+        listed = {podfields.uid(p) for p in pods}
         with self._lock:
             stale = [
                 w for uid, w in self._workers.items() if w.ref.node == node and uid not in listed
@@ -88,7 +90,7 @@ def watch_node_pods(
         try:
             listed = core.list_pod_for_all_namespaces(field_selector=selector)
             manager.resync(node, listed.items)
-            _follow(core, manager, selector, listed.metadata.resource_version, stop)
+            _follow(core, manager, selector, podfields.list_version(listed), stop)
         except ApiException as exc:
             if exc.status != 410:
                 log.warning("pod watch for node %s failed (%s); listing again", node, exc.reason)
@@ -112,7 +114,7 @@ def _follow(
             if stop.is_set():
                 return
             pod = event["object"]
-            version = pod.metadata.resource_version
+            version = podfields.resource_version(pod)
             if event["type"] == "DELETED":
                 manager.delete(pod)
             elif event["type"] in ("ADDED", "MODIFIED"):

@@ -24,8 +24,8 @@ from urllib3.exceptions import HTTPError as Urllib3Error
 
 from sandbox.kubelet.container import ContainerRunner
 from sandbox.kubelet.context import NodeContext
-from sandbox.kubelet.events import PodRef
 from sandbox.kubelet.pod_status import PodStatusWriter
+from sandbox.kubelet.podfields import metadata, pod_ref, spec
 from sandbox.kubelet.runtime import RunningPod
 
 log = logging.getLogger(__name__)
@@ -36,15 +36,14 @@ DELETE_ATTEMPTS = 120  # 1 s apart: an API server restarted under load takes a w
 
 class PodWorker:
     def __init__(self, ctx: NodeContext, pod: V1Pod, *, on_exit: Callable[[str], None]) -> None:
-        meta = pod.metadata
         self._ctx, self._pod, self._on_exit = ctx, pod, on_exit
-        self.ref = PodRef(meta.namespace, meta.name, meta.uid, pod.spec.node_name)
-        self._log_root = ctx.pods_dir / f"{meta.namespace}_{meta.name}_{meta.uid}"
+        self.ref = ref = pod_ref(pod)
+        self._log_root = ctx.pods_dir / f"{ref.namespace}_{ref.name}_{ref.uid}"
         self._wake = threading.Event()
         self._gone = False
         self._shutdown_grace: float | None = None
         self._thread = threading.Thread(
-            target=self._run, daemon=True, name=f"pod-{meta.namespace}/{meta.name}"
+            target=self._run, daemon=True, name=f"pod-{ref.namespace}/{ref.name}"
         )
 
     def start(self) -> PodWorker:
@@ -121,19 +120,19 @@ class PodWorker:
 
     def _runners(self, pod: V1Pod, pod_ip: str) -> list[ContainerRunner]:
         prior = {c.name: c for c in (pod.status and pod.status.container_statuses) or []}
-        root = self._log_root
+        root, pod_spec = self._log_root, spec(pod)
         return [
             ContainerRunner(
                 self._ctx,
                 self.ref,
-                pod.spec,
+                pod_spec,
                 c,
                 pod_ip=pod_ip,
                 log_dir=root / c.name,
                 wake=self._wake.set,
                 prior=prior.get(c.name),
             )
-            for c in pod.spec.containers
+            for c in pod_spec.containers
         ]
 
     def _stop_grace(self) -> float | None:
@@ -142,12 +141,12 @@ class PodWorker:
             return self._shutdown_grace
         if self._gone:
             return GONE_GRACE_S
-        meta, spec = self._pod.metadata, self._pod.spec
+        meta = metadata(self._pod)
         if meta.deletion_timestamp is None:
             return None
         grace = meta.deletion_grace_period_seconds
         if grace is None:
-            grace = spec.termination_grace_period_seconds
+            grace = spec(self._pod).termination_grace_period_seconds
         return 30.0 if grace is None else float(grace)
 
     def _publish(self, pod_ip: str, runners: list[ContainerRunner]) -> None:
@@ -162,7 +161,9 @@ class PodWorker:
 
     def _delete(self) -> None:
         """Remove the stopped pod's object: grace 0, only if it is still this uid."""
-        body = {"gracePeriodSeconds": 0, "preconditions": {"uid": self.ref.uid}}
+        body = client.V1DeleteOptions(
+            grace_period_seconds=0, preconditions=client.V1Preconditions(uid=self.ref.uid)
+        )
         core = client.CoreV1Api(self._ctx.api)
         for attempt in range(DELETE_ATTEMPTS):
             try:

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 import httpx
-from kubernetes.client import V1Container, V1LifecycleHandler
+from kubernetes.client import V1Container, V1HTTPGetAction, V1LifecycleHandler
 
 from sandbox.kubelet.context import NodeContext
 from sandbox.kubelet.events import PodRef
@@ -62,7 +62,9 @@ class PreStopHook:
         elif handler._exec is not None and handler._exec.command:
             self._start_exec(handler._exec.command)
         elif handler.http_get is not None:
-            self._thread = threading.Thread(target=self._http_get, args=(handler,), daemon=True)
+            self._thread = threading.Thread(
+                target=self._http_get, args=(handler.http_get,), daemon=True
+            )
             self._thread.start()
         else:
             self._failed("the sandbox kubelet runs exec and httpGet preStop hooks only")
@@ -97,8 +99,7 @@ class PreStopHook:
             self._failed(f"command {command} could not start: {exc}")
             self.done = True
 
-    def _http_get(self, handler: V1LifecycleHandler) -> None:
-        action = handler.http_get
+    def _http_get(self, action: V1HTTPGetAction) -> None:
         port = container_port(self._container, action.port)
         url = f"http://127.0.0.1:{self._ports.get(port, port)}{action.path or '/'}"
         timeout = max(self._deadline - time.monotonic(), 0.1)

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 import httpx
-from kubernetes.client import V1Container, V1Probe
+from kubernetes.client import V1Container, V1HTTPGetAction, V1Probe
 
 _TIMEOUT = "context deadline exceeded (Client.Timeout exceeded while awaiting headers)"
 
@@ -98,7 +98,7 @@ class ProbeWorker:
     def _check(self) -> tuple[bool, str]:
         timeout = float(self.probe.timeout_seconds or 1)
         if self.probe.http_get is not None:
-            return http_check(self.probe, self.target, timeout)
+            return http_check(self.probe.http_get, self.target, timeout)
         if self.probe.tcp_socket is not None:
             return tcp_check(self.target, timeout)
         return True, ""
@@ -112,8 +112,7 @@ def container_port(container: V1Container, port: int | str) -> int:
     return int(named.get(port, 0))
 
 
-def http_check(probe: V1Probe, target: ProbeTarget, timeout: float) -> tuple[bool, str]:
-    get = probe.http_get
+def http_check(get: V1HTTPGetAction, target: ProbeTarget, timeout: float) -> tuple[bool, str]:
     scheme = (get.scheme or "HTTP").lower()
     path = get.path or "/"
     shown = f"{scheme}://{target.pod_ip}:{target.port}{path}"

@@ -67,8 +67,10 @@ class Conditions:
     ) -> None:
         status = "True" if ok else "False"
         previous = self._by_type.get(kind)
-        changed = previous is None or previous.get("status") != status
-        since = now_rfc3339() if changed else previous["lastTransitionTime"]
+        if previous is not None and previous.get("status") == status:
+            since = previous["lastTransitionTime"]
+        else:
+            since = now_rfc3339()
         self._by_type[kind] = {
             "type": kind,
             "status": status,
@@ -89,6 +91,8 @@ def readiness_conditions(conditions: Conditions, containers: Sequence[Status], p
     """Initialized, ContainersReady and Ready from the containers' ready flags."""
     conditions.set("Initialized", True)
     unready = [c["name"] for c in containers if not c.get("ready")]
+    reason: str | None
+    message: str | None
     if phase == "Succeeded":
         reason, message = "PodCompleted", None
     elif unready:
@@ -117,7 +121,9 @@ def restored_state(prior: V1ContainerStatus | None) -> tuple[int, Status, bool]:
             "containerID": prior.container_id,
         }
         return prior.restart_count or 0, {"terminated": terminated}, True
-    earlier = (state and state.terminated) or (last and last.terminated)
+    earlier = state.terminated if state is not None else None
+    if earlier is None and last is not None:
+        earlier = last.terminated
     if earlier is None:
         return prior.restart_count or 0, {}, bool(prior.restart_count)
     terminated = {

@@ -25,7 +25,13 @@ from pathlib import Path
 from kubernetes import client
 
 from sandbox.proxy.addresses import addresses_file
-from sandbox.proxy.informer import Informer, api_client, endpoint_slices_lister
+from sandbox.proxy.informer import (
+    Informer,
+    ListFunc,
+    Obj,
+    api_client,
+    endpoint_slices_lister,
+)
 from sandbox.proxy.service_proxy import (
     MODES,
     SERVICES,
@@ -40,16 +46,24 @@ def _start_informers(kubeconfig: Path, post: Callable[[Change], None]) -> list[I
     api = api_client(str(kubeconfig))
     core = client.CoreV1Api(api)
     return [
-        Informer(
-            list_func,
-            on_list=lambda items, k=kind: post(Change(k, listing=items)),
-            on_event=lambda event, obj, k=kind: post(Change(k, event=event, obj=obj)),
-        ).start()
+        _informer(kind, list_func, post)
         for kind, list_func in (
             (SERVICES, core.list_service_for_all_namespaces),
             (SLICES, endpoint_slices_lister(api)),
         )
     ]
+
+
+def _informer(kind: str, list_func: ListFunc, post: Callable[[Change], None]) -> Informer:
+    """A started informer posting its lists and events of ``kind`` as changes."""
+
+    def on_list(items: list[Obj]) -> None:
+        post(Change(kind, listing=items))
+
+    def on_event(event: str, obj: Obj) -> None:
+        post(Change(kind, event=event, obj=obj))
+
+    return Informer(list_func, on_list=on_list, on_event=on_event).start()
 
 
 async def serve(run_dir: Path, kubeconfig: Path, settings: ProxySettings) -> None:

@@ -75,7 +75,8 @@ class Informer:
 def api_client(kubeconfig: str) -> client.ApiClient:
     from kubernetes import config
 
-    return config.new_client_from_config(config_file=kubeconfig)
+    api: client.ApiClient = config.new_client_from_config(config_file=kubeconfig)  # untyped
+    return api
 
 
 def endpoint_slices_lister(api: client.ApiClient) -> ListFunc:
@@ -85,6 +86,8 @@ def endpoint_slices_lister(api: client.ApiClient) -> ListFunc:
     group = next((g for g in groups if g.name == SLICE_GROUP), None)
     if group is None:
         raise RuntimeError(f"the API server serves no {SLICE_GROUP} EndpointSlices")
+    if group.preferred_version is None:
+        raise RuntimeError(f"the API server names no preferred version of {SLICE_GROUP}")
     version = group.preferred_version.version
     objects = client.CustomObjectsApi(api)
 

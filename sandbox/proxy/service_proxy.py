@@ -136,7 +136,11 @@ class ServiceProxy:
 
     def poster(self, loop: asyncio.AbstractEventLoop) -> Callable[[Change], None]:
         """A thread-safe way to hand this proxy a change."""
-        return lambda change: loop.call_soon_threadsafe(self._changes.put_nowait, change)
+
+        def post(change: Change) -> None:
+            loop.call_soon_threadsafe(self._changes.put_nowait, change)
+
+        return post
 
     async def run(self, on_ready: Callable[[], None]) -> None:
         while True:

@@ -227,21 +227,61 @@ def _suite(n: int, **extra: object) -> TaskSuite:
     return TaskSuite.model_validate({"name": "s", "cases": cases, **extra})
 
 
-def test_the_rule_needs_a_loss_beyond_the_margin_that_is_not_chance() -> None:
-    figures = TaskFigures(suite="s", n_cases=10, samples=1, candidate_url="u")
+FIGURES = TaskFigures(suite="s", n_cases=10, samples=1, candidate_url="u")
+
+
+def test_a_fail_needs_a_loss_beyond_the_margin_that_is_not_chance() -> None:
     base = _side([1.0] * 10)
-    three_lost = judge(_suite(10), base, _side([0.0] * 3 + [1.0] * 7), TaskRule(), figures)
-    assert three_lost.passed  # p = 1/8: too few cases to call it a loss
-    assert "cannot tell the loss from chance" in three_lost.reason
-    five_lost = judge(_suite(10), base, _side([0.0] * 5 + [1.0] * 5), TaskRule(), figures)
+    three_lost = judge(_suite(10), base, _side([0.0] * 3 + [1.0] * 7), TaskRule(), FIGURES)
+    assert three_lost.passed is None  # p = 1/8: not shown, and not shown within the margin
+    assert "not shown beyond the 2-point margin" in three_lost.reason
+    five_lost = judge(_suite(10), base, _side([0.0] * 5 + [1.0] * 5), TaskRule(), FIGURES)
     assert five_lost.passed is False and len(five_lost.figures.flips) == 5
-    under_floor = judge(_suite(10), base, base, TaskRule(floor=100.0), figures)
-    assert under_floor.passed
-    floor = judge(_suite(10), base, _side([0.0] + [1.0] * 9), TaskRule(floor=95.0), figures)
+    floor = judge(_suite(10), base, _side([0.0] + [1.0] * 9), TaskRule(floor=95.0), FIGURES)
     assert floor.passed is False and "under the floor" in floor.reason
+
+
+def test_a_pass_needs_the_loss_bounded_within_the_margin() -> None:
+    """30 cases, all kept: the loss is at most 8.3 points (one-sided 95 %), within 10."""
+    base = _side([1.0] * 30)
+    kept = judge(_suite(30), base, base, TaskRule(margin=10), FIGURES)
+    assert kept.passed, kept.reason
+    assert kept.figures.loss is not None and kept.figures.loss.high == pytest.approx(8.27, abs=0.01)
+    assert (kept.figures.detectable_cases, kept.figures.detectable_loss) == (
+        5,
+        pytest.approx(50 / 3),
+    )
+    assert "smallest loss this suite can show is 16.7 points" in kept.figures.markdown()
+
+
+def test_a_suite_too_small_for_its_margin_gives_no_verdict_naming_what_would_decide() -> None:
+    """Six cases, nothing lost, a 2-point margin: the loss may still be 31 points."""
+    base = _side([1.0] * 6)
+    result = judge(_suite(6), base, base, TaskRule(margin=2), FIGURES)
+    assert result.passed is None and result.verdict == "no verdict", result.reason
+    assert "may be up to 31.1 points" in result.reason
+    assert "about 133 cases" in result.reason and "margin of at least 31.1" in result.reason
+    assert result.figures.cases_needed == 133
+
+
+def test_a_baseline_scoring_on_too_few_cases_measures_nothing() -> None:
+    nothing = _side([0.0] * 6)
+    result = judge(_suite(6), nothing, nothing, TaskRule(), FIGURES)
+    assert result.passed is None and "measures nothing" in result.reason, result.reason
+    assert result.figures.detectable_loss is None
+    few = _side([1.0] * 4 + [0.0] * 36)  # four passes: McNemar cannot show even 4 of 4 lost
+    assert judge(_suite(40), few, few, TaskRule(margin=10), FIGURES).passed is None
+
+
+def test_the_graded_path_tests_one_sided_at_one_minus_confidence() -> None:
+    """3 of 10 lost: the bootstrap's 95th percentile of the difference is below 0, its
+    97.5th is not; at the documented 0.05 the loss is shown."""
     graded = _suite(10, sampling={"samples": 3, "temperature": 0.7})
-    worse = judge(graded, base, _side([0.0] * 6 + [1.0] * 4), TaskRule(), figures)
-    assert worse.passed is False and worse.figures.test == "paired bootstrap"
+    base = _side([1.0] * 10)
+    worse = judge(graded, base, _side([0.0] * 3 + [1.0] * 7), TaskRule(), FIGURES)
+    assert worse.passed is False and worse.figures.test == "paired bootstrap", worse.reason
+    much_worse = judge(graded, base, _side([0.0] * 6 + [1.0] * 4), TaskRule(), FIGURES)
+    assert much_worse.passed is False
 
 
 def test_golden_scores_of_another_suite_give_no_verdict() -> None:

@@ -1,36 +1,40 @@
 """The evidence bundle of a real side-by-side handoff, signed with a generated key:
 `handoff history RUN_ID --verify` passes, and fails, naming the check, once the stored
 bundle's predicate or signature is changed, with another key, and once the Service no
-longer routes to the subject."""
+longer routes to the subject. A run without a key writes its bundle unsigned and says so."""
 
 from __future__ import annotations
 
 import base64
 import hashlib
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
+from cli import app
 from flows.kube.bundles import BUNDLES_CONFIGMAP
 from flows.kube.client import Kube
 from flows.ledger import history_entries, parse_ledger
 from flows.report.attest import KEY_ENV, PAYLOAD_TYPE, keygen
-from tests.world import handoff_cli, run_handoff, service, spec_in
+from tests.world import run_handoff, service, spec_in
 
 pytestmark = pytest.mark.timeout(600)
 
 
-def _verify(env: dict[str, str], namespace: str, run_id: str, *extra: str) -> tuple[int, str]:
-    done = subprocess.run(
-        handoff_cli("history", run_id, "--namespace", namespace, "--verify", *extra),
+def _history(env: dict[str, str], namespace: str, *args: str) -> tuple[int, str]:
+    """`handoff history` in process (each process start costs seconds on a busy machine)."""
+    done = CliRunner().invoke(
+        app,
+        ["history", *args, "--namespace", namespace, "--kubeconfig", env["KUBECONFIG"]],
         env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
     )
-    return done.returncode, done.stdout + done.stderr
+    return done.exit_code, done.output
+
+
+def _verify(env: dict[str, str], namespace: str, run_id: str, *extra: str) -> tuple[int, str]:
+    return _history(env, namespace, run_id, "--verify", *extra)
 
 
 def _set_bundle(kube: Kube, namespace: str, key: str, text: str) -> None:
@@ -48,6 +52,7 @@ def test_a_real_handoffs_bundle_verifies_and_a_tampered_one_does_not(
     key = tmp_path / "signing.key"
     public = keygen(key)
     env = {**handoff_env, KEY_ENV: str(key)}
+    handoff_env = {**handoff_env, KEY_ENV: ""}  # the runs and checks below have no key
     # Gates are not under test: the parity gate (its golden's hash is in the bundle) only.
     spec_file = spec_in(seeded, "clef-candle", tmp_path, gates={"latency": None})
     result = run_handoff(spec_file, env, "--auto-approve")
@@ -91,7 +96,6 @@ def test_a_real_handoffs_bundle_verifies_and_a_tampered_one_does_not(
     other = keygen(tmp_path / "other.key")
     code, out = _verify(handoff_env, seeded, entry["handoff_id"], "--public-key", str(other))
     assert code == 1 and "FAILED  signature: no signature verifies with key" in out, out
-    assert "evidence bundle not verified" in out, out
 
     # A changed predicate (other figures behind the same verdicts), its signature kept.
     gates = [{**g, "figures_sha256": "0" * 64} for g in predicate["gates"]]
@@ -113,10 +117,23 @@ def test_a_real_handoffs_bundle_verifies_and_a_tampered_one_does_not(
     code, out = _verify(handoff_env, seeded, entry["handoff_id"], "--public-key", str(public))
     assert code == 1 and "FAILED  signature" in out, out
 
-    # The bundle as stored again, but the Service no longer routes to the subject.
+    # Run again without a key: nothing to do, a record whose bundle is unsigned and says
+    # so, and the first record's bundle kept as it was stored.
     _set_bundle(kube, seeded, ref["key"], stored)
+    again = run_handoff(spec_file, handoff_env, "--auto-approve")
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    unsigned = history_entries(service(kube, seeded, "clef-serve").metadata.annotations)[-1]
+    assert unsigned["handoff_id"] != entry["handoff_id"] and not unsigned["changed"], unsigned
+    assert not unsigned["evidence_bundle"]["signed"], unsigned["evidence_bundle"]
+    assert f"unsigned: ${KEY_ENV} is not set" in unsigned["evidence_bundle"]["note"]
+    code, out = _verify(handoff_env, seeded, unsigned["handoff_id"], "--public-key", str(public))
+    assert code == 1 and "FAILED  signature: the bundle is unsigned" in out, out
+    code, shown = _history(handoff_env, seeded, unsigned["handoff_id"])
+    assert code == 0 and "(UNSIGNED)" in shown and "is not set" in shown, shown
     code, out = _verify(handoff_env, seeded, entry["handoff_id"], "--public-key", str(public))
     assert code == 0, out
+
+    # The Service no longer routes to the subject.
     kube.core.patch_namespaced_service("clef-serve", seeded, {"spec": {"selector": None}})
     kube.core.patch_namespaced_service(
         "clef-serve", seeded, {"spec": {"selector": {"app": "clef-serve"}}}

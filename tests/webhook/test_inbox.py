@@ -12,6 +12,7 @@ import json
 import os
 import signal
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -222,7 +223,7 @@ def test_a_relay_that_died_between_emit_and_record_re_emits_the_same_event(
     settings: RelaySettings, prefect: PrefectServer, spec_repo: SpecRepo
 ) -> None:
     payload = pushed(spec_repo, {ALPHA_MANIFEST: "v: 2\n"})
-    merge = payload["after"]
+    merge, died = payload["after"], f"died-mid-emit-{uuid.uuid4().hex[:8]}"
     # What a relay leaves when it dies right after Prefect took the event: the intent,
     # never marked emitted.
     event = build_event(
@@ -231,7 +232,7 @@ def test_a_relay_that_died_between_emit_and_record_re_emits_the_same_event(
             spec_file="manifests/handoffs/alpha.yaml",
             namespace=spec_repo.namespace,
             service=spec_repo.services["alpha"],
-            delivery_id="died-mid-emit",
+            delivery_id=died,
             merge_commit=merge,
             merged_at=None,
             repository=REPOSITORY,
@@ -243,7 +244,7 @@ def test_a_relay_that_died_between_emit_and_record_re_emits_the_same_event(
         occurred=dt.datetime.now(dt.UTC),
     )
     store = DeliveryStore(settings.state_dir / STORE_FILE)
-    assert store.intend("died-mid-emit", {f"alpha@{merge}": event}).to_send == [event]
+    assert store.intend(died, {f"alpha@{merge}": event}).to_send == [event]
     emit_events(prefect.api_url, [event])
     with running_relay(settings) as relay:  # the forge redelivers (GitHub keeps the id)
         reply = settled(relay, payload, SECRET)
@@ -262,3 +263,16 @@ def test_the_deliveries_command_lists_outcomes(
     assert result.exit_code == 0, result.output
     line = next(line for line in result.output.splitlines() if reply["delivery"] in line)
     assert "emitted [alpha]" in line, result.output
+
+
+def test_merges_relayed_by_the_earlier_replay_guard_stay_relayed(tmp_path: Path) -> None:
+    import sqlite3
+
+    path = tmp_path / STORE_FILE
+    with sqlite3.connect(path) as db:  # the replay guard's tables, as earlier relays left them
+        db.execute("CREATE TABLE deliveries (id TEXT PRIMARY KEY, at REAL, state TEXT)")
+        db.execute("CREATE TABLE merges (key TEXT PRIMARY KEY, delivery TEXT, at REAL, state TEXT)")
+        db.execute("INSERT INTO merges VALUES ('alpha@" + "a" * 40 + "', 'd-old', 1.0, 'done')")
+    store = DeliveryStore(path)
+    emits = store.intend("d-new", {"alpha@" + "a" * 40: {"id": "x"}})
+    assert (emits.to_send, emits.earlier) == ([], {"alpha@" + "a" * 40: "d-old"})

@@ -35,7 +35,9 @@ class LogOptions(BaseModel):
 def _flag(query: dict[str, list[str]], name: str) -> bool:
     # apimachinery's string->bool conversion: anything but "0"/"false" (even "") is true.
     values = query.get(name)
-    return bool(values) and values[0] != "0" and values[0].lower() != "false"
+    if not values:
+        return False
+    return values[0] != "0" and values[0].lower() != "false"
 
 
 def _integer(query: dict[str, list[str]], name: str) -> int | None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import struct
 
 from sandbox.kubelet.streaming import websocket
@@ -59,7 +60,7 @@ async def serve_websocket(
     streams = []
     for index, port in enumerate(ports):
         channel = 2 * index
-        streams.append(PodPortStream(port, open_port, lambda d, c=channel: sock.send(c, d)))
+        streams.append(PodPortStream(port, open_port, functools.partial(sock.send, channel)))
         for announce in (channel, channel + 1):
             await sock.send(announce, struct.pack("<H", port))
 
@@ -71,7 +72,8 @@ async def serve_websocket(
     forwards = asyncio.gather(*(forward(i, s) for i, s in enumerate(streams)))
     inbound = asyncio.ensure_future(_client_to_pods(sock, reader, streams))
     try:
-        await asyncio.wait([forwards, inbound], return_when=asyncio.FIRST_COMPLETED)
+        waiting: list[asyncio.Future[list[None]] | asyncio.Future[None]] = [forwards, inbound]
+        await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
     finally:
         forwards.cancel()
         inbound.cancel()

@@ -16,7 +16,7 @@ import collections
 import hashlib
 import re
 
-from websockets.frames import Opcode
+from websockets.frames import Frame, Opcode
 from websockets.protocol import State
 from websockets.server import ServerProtocol
 
@@ -82,7 +82,7 @@ class ChannelSocket:
         self._writer, self._binary = writer, binary
         self._ws = ServerProtocol(state=State.OPEN, max_size=MAX_MESSAGE_BYTES)
         self._messages: collections.deque[tuple[int, bytes]] = collections.deque()
-        self._fragments: list[bytes] = []
+        self._fragments: list[bytes | bytearray | memoryview] = []
 
     async def send(self, channel: int, data: bytes) -> None:
         if self._ws.state is not State.OPEN:
@@ -114,7 +114,9 @@ class ChannelSocket:
             await self._flush()
 
     def _collect(self) -> None:
-        for frame in self._ws.events_received():
+        for frame in self._ws.events_received():  # opened past the handshake: frames only
+            if not isinstance(frame, Frame):
+                continue
             if frame.opcode in (Opcode.TEXT, Opcode.BINARY, Opcode.CONT):
                 self._fragments.append(frame.data)
                 if frame.fin:

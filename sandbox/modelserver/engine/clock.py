@@ -45,7 +45,8 @@ RELEASE_LEAD_NS = 2_000_000
 def set_timer_slack_ns(ns: int) -> bool:
     """Ask Linux to wake this thread's sleeps within `ns` of the deadline (default 50 µs)."""
     try:
-        return ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_TIMERSLACK, ns, 0, 0, 0) == 0
+        status: int = ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_TIMERSLACK, ns, 0, 0, 0)
+        return status == 0
     except (OSError, AttributeError):
         return False
 

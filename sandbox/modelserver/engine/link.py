@@ -130,6 +130,8 @@ class ComputeLink:
         os._exit(ENGINE_DEAD_EXIT_CODE)
 
     def _apply(self, result: Result) -> None:
+        if isinstance(result, Ready):  # sent once, before any work, and read by the start
+            return
         if isinstance(result, ReadoutDone):
             self._readouts.pop(result.request_id).set_result(result.value)
             return

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 from sandbox.modelserver.httpd.exchange import Exchange
 from sandbox.modelserver.httpd.wire import (
@@ -16,7 +17,7 @@ from sandbox.modelserver.httpd.wire import (
     parse_head,
 )
 
-Handler = Callable[[Exchange], Awaitable[None]]
+Handler = Callable[[Exchange], Coroutine[Any, Any, None]]  # run as a task
 BadRequestResponse = Callable[[BadRequest], bytes]  # a complete response that closes
 
 

@@ -29,7 +29,8 @@ class SamplingParams:
 def log_softmax(logits: Array) -> Array:
     z = logits.astype(np.float64)
     z = z - z.max(axis=-1, keepdims=True)
-    return z - np.log(np.exp(z).sum(axis=-1, keepdims=True))
+    out: Array = z - np.log(np.exp(z).sum(axis=-1, keepdims=True))  # numpy types it Any
+    return out
 
 
 def choose(logits: Array, params: SamplingParams, rng: np.random.Generator) -> TokenOut:
