@@ -271,6 +271,12 @@ def drain(
                 break
             time.sleep(POLL_S)
     signal = ", ".join(dict.fromkeys(signals)) or NO_SIGNAL
+    if left:
+        notes.append(
+            "clients whose kept-alive connections were opened before the routes changed "
+            "still send to these pods (the proxies keep established connections); their "
+            "servers close those on SIGTERM"
+        )
     if not signals:
         notes.append("the pods stop with their own grace period (SIGTERM) only")
     return Drained(
