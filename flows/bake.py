@@ -8,7 +8,9 @@ server without them is named in the report), and a light synthetic probe through
 Service: a few greedy chat turns from the parity golden, each on a connection of its
 own, compared on their first tokens. A breach of `bake.slo` side by side moves the
 Service back to the old pods at once (they are warm: no cold start; the rollback is
-recorded first, so a crash finishes it), and the handoff then rolls back as usual. In
+recorded first, so a crash finishes it), stops the candidate once the proxies have left
+it (its clients' kept-alive connections would otherwise stay on a failing server), and
+the handoff then rolls back as usual. In
 place, or once the old workload is already gone (a scale-up that had to follow the
 retirement), there is nothing warm to go back to: the bake reports and alerts only,
 and says so. A pass goes on to the retirement.
@@ -305,15 +307,16 @@ def bake(run: HandoffRun) -> BakeReport | None:
             if breach is not None:
                 break
             time.sleep(min(spec.interval_s, spec.probe.every_s, spec.duration_s - (now - started)))
+        ended = time.monotonic()
         if breach is not None and back is not None:
             cause = f"bake breached: {breach}; the Service goes back to the warm pods of {back}"
-            moved = time.monotonic()
             run.ledger = rollback.back_to_warm(run.kube, run.spec, run.ledger, cause=cause)
-            restored_s = time.monotonic() - moved
+            restored_s, ended = time.monotonic() - ended, time.monotonic()
+            rollback.stop_breached(run.kube, run.spec, run.ledger)
     report = BakeReport(
         verdict="pass" if breach is None else "breach",
         started=wall,
-        seconds=round(time.monotonic() - started, 3),
+        seconds=round(ended - started, 3),
         duration_s=spec.duration_s,
         warm_way_back=back,
         why_no_way_back=why,
@@ -329,7 +332,16 @@ def bake(run: HandoffRun) -> BakeReport | None:
     )
     run.bake = report
     if breach is None:
-        log.info("bake passed: %s", report.markdown().splitlines()[-1])
+        log.info(
+            "bake passed after %.0f s: %d restart(s), %d of %d answers 5xx, %d of %d probe "
+            "turns failed",
+            report.seconds,
+            report.restarts,
+            report.errors,
+            report.answers,
+            report.probe_failures,
+            report.probe_turns,
+        )
         return report
     if back is not None:
         raise BakeBreached(

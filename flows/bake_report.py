@@ -31,20 +31,20 @@ class BakeReport(BaseModel):
     restarts: int = 0
 
     def markdown(self) -> str:
-        lines = [f"## Bake: {self.verdict} ({self.seconds:.0f} s of {self.duration_s:g} s)"]
-        lines.append(
+        summary = [
             f"**Way back:** the warm pods of {self.warm_way_back}"
             if self.warm_way_back
             else f"**Way back:** none ({self.why_no_way_back}): the bake reports and alerts only"
-        )
+        ]
         if self.breach:
-            lines.append(f"**Breach:** {self.breach}")
+            summary.append(f"**Breach:** {self.breach}")
         if self.restored_s is not None:
-            lines.append(f"**Back on the old pods:** {self.restored_s:.1f} s after the breach")
-        lines.append(
+            summary.append(f"**Back on the old pods:** {self.restored_s:.1f} s after the breach")
+        summary.append(
             f"**Seen:** {self.restarts} restart(s); {self.errors} of {self.answers} answers "
             f"5xx on /metrics; {self.probe_failures} of {self.probe_turns} probe turns failed"
         )
-        lines += [f"- watched: {w}" for w in self.watched]
-        lines += [f"- not watched: {w}" for w in self.not_watched]
-        return "  \n".join(lines[:4]) + "\n\n" + "\n".join(lines[4:])
+        signals = [f"- watched: {w}" for w in self.watched]
+        signals += [f"- not watched: {w}" for w in self.not_watched]
+        heading = f"## Bake: {self.verdict} ({self.seconds:.0f} s of {self.duration_s:g} s)"
+        return "\n\n".join([heading, "  \n".join(summary), "\n".join(signals)])

@@ -407,3 +407,12 @@ def back_to_warm(kube: Kube, spec: HandoffSpec, ledger: Ledger, *, cause: str) -
     pinned = _pinned_to_restored(kube, spec, ledger, problems)
     _move_selector(kube, spec, ledger, pinned or ledger.snapshot.selector)
     return ledger
+
+
+def stop_breached(kube: Kube, spec: HandoffSpec, ledger: Ledger) -> None:
+    """Once the proxies have left a candidate that breached its bake, stop it: clients
+    keep their kept-alive connections to it (conntrack) and meet its failures until its
+    server, told to stop, closes each after its next answer. Its generations in flight
+    end within its own grace period; its idle connections are not waited for."""
+    settle_data_plane()
+    _undo_candidate(kube, spec, ledger)

@@ -2,7 +2,8 @@
 and serves nothing while the candidate is watched. A candidate that starts failing a
 third of its requests is left within seconds for the old pods, still warm (no cold
 start, no new pod), and the handoff ends rolled back with the breach named; clients
-fail only between the fault and the Service's return. A clean bake retires."""
+fail only between the fault and the Service's return. (A clean bake that retires:
+tests/handoff/test_side_by_side.py.)"""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from subprocess import CompletedProcess
 from typing import Any
 
 import httpx
+import pytest
 
 from flows.kube.client import Kube
 from flows.ledger import history_entries, parse_ledger
@@ -24,11 +26,13 @@ from sandbox.state import SandboxState
 from sandbox.traffic import ClientLoad
 from tests.world import run_handoff, service, spec_in
 
+pytestmark = pytest.mark.timeout(600)  # a whole handoff and its rollback, on a shared machine
+
 OLD = {"app": "clef-serve"}
 BREACH_WITHIN_S = 10.0  # the fault on to the Service back on the old pods
-# After the Service is back, a request that a proxy still sent to the candidate (its
-# sync period) may fail; one already running there ends at most a turn later.
-AFTER_RETURN_S = PROXY_SYNC_S + 2.0
+# After the Service is back: the proxies' sync, then the candidate's stop, whose server
+# closes each kept-alive connection after its next answer (its clients then reconnect).
+AFTER_RETURN_S = PROXY_SYNC_S + 5.0
 
 
 def _bake_spec(sandbox: SandboxState, namespace: str, tmp_path: Path, duration_s: float) -> Path:
@@ -87,14 +91,17 @@ def test_a_candidate_failing_in_the_bake_goes_back_to_the_warm_pods(
 ) -> None:
     spec_file = _bake_spec(sandbox, seeded, tmp_path, duration_s=120)
     old_pods = _pods(kube, seeded, "clef-serve")
+    thread, result = _in_background(spec_file, handoff_env)
+
+    def scaled() -> bool:
+        ledger = parse_ledger(service(kube, seeded, "clef-serve").metadata.annotations)
+        return ledger is not None and ledger.phase == "scaled"
+
+    _until("the scale-up", scaled, 240, thread)
+    # Clients that connect now reach the candidate (clients of before keep their
+    # connections to the old pods, which stay up): they are the ones its failures meet.
     with _clients(sandbox, seeded) as load:
-        thread, result = _in_background(spec_file, handoff_env)
-
-        def scaled() -> bool:
-            ledger = parse_ledger(service(kube, seeded, "clef-serve").metadata.annotations)
-            return ledger is not None and ledger.phase == "scaled"
-
-        _until("the scale-up", scaled, 240, thread)
+        time.sleep(1.0)
         _fail_every_third(sandbox, kube, seeded)
         fault_on = time.monotonic()
         back = _until(
@@ -119,30 +126,13 @@ def test_a_candidate_failing_in_the_bake_goes_back_to_the_warm_pods(
     assert set(now) == set(old_pods), (sorted(old_pods), sorted(now))
     assert all((p.status.container_statuses or [])[0].restart_count == 0 for p in now.values())
     assert kube.apps.read_namespaced_deployment("clef-candle", seeded).spec.replicas == 0
-    # Clients failed only from the fault on until the proxies had left the candidate.
-    assert load.succeeded > 0
-    outside = [o for o in load.failed if o.started < fault_on or o.started > back + AFTER_RETURN_S]
-    durations = history_entries(svc.metadata.annotations)[-1]["durations_s"]
-    assert outside == [], (fault_on, back, len(load.failed), outside[:3], durations)
-    steps = [s["name"] for s in history_entries(svc.metadata.annotations)[-1]["steps"]]
-    assert steps[-2:] == ["bake", "rollback"], steps
-
-
-def test_a_clean_bake_retires(
-    sandbox: SandboxState, kube: Kube, seeded: str, handoff_env: dict[str, str], tmp_path: Path
-) -> None:
-    spec_file = _bake_spec(sandbox, seeded, tmp_path, duration_s=3)
-    with _clients(sandbox, seeded) as load:
-        result = run_handoff(spec_file, handoff_env, "--auto-approve")
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert load.succeeded > 0 and load.failed == [], load.failed[:3]
-    svc = service(kube, seeded, "clef-serve")
-    ledger = parse_ledger(svc.metadata.annotations)
-    assert ledger is not None and ledger.phase == "done"
-    assert kube.apps.read_namespaced_deployment("clef-serve", seeded).spec.replicas == 0
+    # The clients met the candidate's failures, and only from the fault on until the
+    # proxies had left it and its server had closed their kept-alive connections.
     record = history_entries(svc.metadata.annotations)[-1]
-    steps = {s["name"]: s["seconds"] for s in record["steps"]}
-    assert list(steps)[-3:] == ["scale-up", "bake", "retire"], steps
-    assert steps["bake"] >= 3, steps
-    # candle-vllm serves no /metrics: the report names it
-    assert "exposes no /metrics" in result.stdout + result.stderr
+    window = [o for o in load.outcomes if fault_on <= o.started <= back + AFTER_RETURN_S]
+    assert any(not o.ok for o in window), (len(load.outcomes), record["durations_s"])
+    outside = [o for o in load.failed if o not in window]
+    assert outside == [], (fault_on, back, len(load.failed), outside[:3], record["durations_s"])
+    assert any(o.ok and o.started > back + AFTER_RETURN_S for o in load.outcomes)
+    assert [s["name"] for s in record["steps"]][-2:] == ["bake", "rollback"], record["steps"]
+    assert record["bake"]["verdict"] == "breach" and record["bake"]["restored_s"] < 5
