@@ -19,6 +19,9 @@ class Fault(StrEnum):
     every greedy token kept, every distribution flatter than the model's."""
     stall = "stall"
     """Every stream stops after `stall_after_tokens` tokens and never finishes."""
+    forgets_answers = "forgets_answers"
+    """A share of the task-suite answers the profile knows are lost: the model no longer
+    does part of its clients' work (sandbox.modelserver.known)."""
 
 
 CUDARC_EXIT_CODE = 101  # what a Rust panic exits with
