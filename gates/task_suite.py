@@ -136,6 +136,11 @@ class TaskCase(Turn):
 
     max_tokens: int | None = Field(None, ge=1)
     check: Checker
+    reference: str | None = Field(
+        None,
+        description="an answer that passes its check: for the reader, for the suite's own "
+        "test, and for the sandbox's simulated servers; the gate never reads it",
+    )
 
     def shown(self) -> str:
         """The case's input as a report shows it."""
@@ -170,8 +175,9 @@ class TaskSuite(BaseModel):
 
     def digest(self) -> str:
         """Identifies the suite's content: golden scores hold only for the suite they were
-        recorded with."""
-        return hashlib.sha256(self.model_dump_json(by_alias=True).encode()).hexdigest()[:16]
+        recorded with. A case's reference answer is not part of what is asked or checked."""
+        asked = self.model_dump_json(by_alias=True, exclude={"cases": {"__all__": {"reference"}}})
+        return hashlib.sha256(asked.encode()).hexdigest()[:16]
 
 
 def load_suite(path: Path) -> TaskSuite:

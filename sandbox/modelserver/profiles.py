@@ -18,6 +18,9 @@ from sandbox.modelserver.precision import Precision
 CALIBRATION_PROMPT_TOKENS = 128
 """Prompt length at which the profiles' TTFT figures hold."""
 
+KNOWN_SUITES: dict[str, tuple[str, ...]] = {"coder": ("manifests/tasks/coder.yaml",), "clef": ()}
+"""The task suites a model of these weights answers like a working model (by reference)."""
+
 
 class Profile(BaseModel):
     model_config = ConfigDict(frozen=True)
@@ -33,6 +36,9 @@ class Profile(BaseModel):
     prefill_ms_per_token: float = Field(ge=0)
     max_num_seqs: int = Field(ge=1)
     max_model_len: int = 8192
+    knows: tuple[str, ...] = Field(
+        (), description="task suites whose reference answers it gives (sandbox.modelserver.known)"
+    )
 
     def step_ms(self, batch: int) -> float:
         slope = (self.step_ms_16 - self.step_ms_1) / 15.0
@@ -75,6 +81,7 @@ class _Measured(NamedTuple):
             step_ms_16=self.step_ms[1],
             **_ttft_fit(*self.ttft_ms),
             max_num_seqs=self.max_num_seqs,
+            knows=KNOWN_SUITES[self.weights],
         )
 
 

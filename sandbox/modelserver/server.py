@@ -26,6 +26,7 @@ from sandbox.modelserver.engine.schedule import make_policy
 from sandbox.modelserver.engine.sequence import Deliver, Event
 from sandbox.modelserver.faults import Fault, crash_without_cuda
 from sandbox.modelserver.httpd.server import serve_until_drained
+from sandbox.modelserver.known import load_known
 from sandbox.modelserver.lm.blas import single_threaded_blas
 from sandbox.modelserver.lm.model import ModelSpec
 from sandbox.modelserver.pacer import Pacer
@@ -61,7 +62,8 @@ async def _serve(config: ServerConfig, spec: ModelSpec, sock: socket.socket) -> 
     pacer = Pacer(asyncio.get_running_loop())
     runtime = _runtime(config, spec, pacer)
     profile = config.resolved_profile()
-    served = Served(profile.model_id, profile.max_model_len)
+    known = load_known(profile.knows, forget=config.has(Fault.forgets_answers))
+    served = Served(profile.model_id, profile.max_model_len, known)
     handler = build_handler(runtime, served, config.surface, config.metrics_dialect())
     host, port = sock.getsockname()[:2]
     runtime.engine.start()

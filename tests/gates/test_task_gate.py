@@ -16,15 +16,16 @@ from typer.testing import CliRunner
 
 from cli import app
 from gates import task_sandbox
+from gates.blocking import blocking
 from gates.task import TaskRule, judge, run_task
 from gates.task_check import check
-from gates.task_collect import CaseOutcome, SideScores
+from gates.task_collect import CaseOutcome, SideScores, collect_scores
 from gates.task_report import TaskFigures
 from gates.task_sandbox import SandboxUnavailable
 from gates.task_stats import mcnemar_worse, wilson
 from gates.task_suite import Code, Function, Limits, SuiteError, TaskSuite, load_suite
 from sandbox.engines.llamacpp import ServerPool
-from tests.gates.conftest import REPO
+from tests.gates.conftest import FAST, REPO, StartServer
 
 FACTS = REPO / "manifests" / "tasks" / "smollm2-facts.yaml"
 runner = CliRunner()
@@ -350,3 +351,35 @@ def test_a_benign_variant_against_the_live_reference_passes(llamacpp: ServerPool
     assert quantized.figures.lost == 0
     itself = run_task(reference.url, suite, baseline_url=reference.url)
     assert itself.passed and itself.figures.flips == []
+
+
+CODER = REPO / "manifests" / "tasks" / "coder.yaml"
+collect = blocking(collect_scores)
+
+
+def test_every_reference_answer_of_the_shipped_suites_passes_its_check() -> None:
+    for path in (CODER, FACTS):
+        suite = load_suite(path)
+        for case in suite.cases:
+            if case.reference is not None:
+                outcome = check(case.check, case.reference, suite.limits)
+                assert outcome.score == 1.0, (path.name, case.id, outcome.detail)
+
+
+def test_the_coder_task_gate_passes_a_working_candidate_and_fails_a_forgetful_one(
+    model_server: StartServer,
+) -> None:
+    """Simulated coder servers answer the suite's prompts as a working model would: the
+    fp16 candidate against the GPTQ server's scores passes at the spec's 10-point margin;
+    with forgets_answers (about half the answers lost) it fails."""
+    suite, rule = load_suite(CODER), TaskRule(margin=10)
+    reference = model_server("gptq-30b-a3b-tp1", *FAST)
+    golden = collect(reference.url, suite, model_id=None)
+    assert sum(c.score for c in golden.cases) == len(suite.cases)
+    clean = run_task(model_server("fp16-14b-tp2", *FAST).url, suite, rule, golden=golden)
+    assert clean.passed, clean.reason
+    assert clean.figures.loss is not None and clean.figures.loss.high <= 10
+    broken = model_server("fp16-14b-tp2", *FAST, "--fault", "forgets_answers")
+    failed = run_task(broken.url, suite, rule, golden=golden)
+    assert failed.passed is False and failed.figures.lost >= 5, failed.reason
+    assert failed.figures.gained == 0

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from sandbox.modelserver.api.errors import ApiError
 from sandbox.modelserver.api.render import ChatRenderer, CompletionRenderer, Renderer
@@ -20,6 +21,7 @@ class Served:
 
     model_id: str
     max_model_len: int
+    known: Mapping[tuple[int, ...], tuple[int, ...]] = field(default_factory=dict)
 
     def check_model(self, requested: str | None) -> None:
         if requested is not None and requested != self.model_id:
@@ -73,6 +75,7 @@ def plan_completion(body: CompletionRequest, served: Served, t_recv_ns: int) -> 
         seed=body.seed,
         prompt_logprobs=k if wants_prompt_logprobs else None,
         submitted_ns=t_recv_ns,
+        answer=served.known.get(prompt),
     )
     return Generation(request, renderer, body.stream, body.include_usage, body.sandbox_duration_s)
 
@@ -101,6 +104,7 @@ def plan_chat(body: ChatRequest, served: Served, t_recv_ns: int) -> Generation:
         seed=body.seed,
         prompt_logprobs=None,
         submitted_ns=t_recv_ns,
+        answer=served.known.get(prompt),
     )
     return Generation(request, renderer, body.stream, body.include_usage, body.sandbox_duration_s)
 

@@ -19,6 +19,7 @@ class GenRequest:
     seed: int | None
     prompt_logprobs: int | None  # top-k at each prompt position (echo); None: not wanted
     submitted_ns: int  # time.monotonic_ns() when the request arrived
+    answer: tuple[int, ...] | None = None  # a known answer's tokens (sandbox.modelserver.known)
 
 
 def is_last(request: GenRequest, token: TokenOut, count: int) -> str | None:

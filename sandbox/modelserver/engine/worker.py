@@ -32,7 +32,7 @@ from sandbox.modelserver.engine.sequence import GenRequest, is_last
 from sandbox.modelserver.lm.blas import single_threaded_blas
 from sandbox.modelserver.lm.model import ModelSpec, SeqState, TinyLM
 from sandbox.modelserver.lm.readouts import READOUTS
-from sandbox.modelserver.lm.sampling import TokenOut, choose, choose_from, log_softmax, score
+from sandbox.modelserver.lm.sampling import TokenOut, choose_from, log_softmax, score, top_k
 
 PREFILL_CHUNK = 8
 
@@ -128,8 +128,7 @@ class Worker:
             if job.request.max_tokens == 0:
                 self._retire(seq_id)
             else:
-                first = choose(result.logits[-1], job.request.sampling, job.rng)
-                firsts.append(self._record(seq_id, first))
+                firsts.append(self._record(seq_id, _pick(job, log_softmax(result.logits[-1]))))
         self.conn.send(Computed(firsts))
 
     def _decode_round(self) -> None:
@@ -141,10 +140,7 @@ class Worker:
             [j.state for j in jobs if j.state is not None], [j.tail for j in jobs]
         )
         rows = log_softmax(logits)
-        out = [
-            self._record(i, choose_from(row, self.jobs[i].request.sampling, self.jobs[i].rng))
-            for i, row in zip(ids, rows, strict=True)
-        ]
+        out = [self._record(i, _pick(self.jobs[i], row)) for i, row in zip(ids, rows, strict=True)]
         self.conn.send(Computed(out))
 
     def _record(self, seq_id: int, token: TokenOut) -> tuple[int, TokenOut, bool]:
@@ -158,6 +154,16 @@ class Worker:
 
     def _retire(self, seq_id: int) -> None:
         self.jobs.pop(seq_id, None)
+
+
+def _pick(job: _Job, logprobs: np.ndarray) -> TokenOut:
+    """The next token: the known answer's while it lasts (scored by the model like any
+    token), else the model's own choice."""
+    answer, params = job.request.answer, job.request.sampling
+    if answer is not None and job.computed < len(answer):
+        token = answer[job.computed]
+        return TokenOut(token, float(logprobs[token]), top_k(logprobs, params.top_logprobs))
+    return choose_from(logprobs, params, job.rng)
 
 
 def _prompt_logprobs(request: GenRequest, logits: np.ndarray) -> list[TokenOut | None] | None:
