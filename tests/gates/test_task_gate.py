@@ -383,3 +383,18 @@ def test_the_coder_task_gate_passes_a_working_candidate_and_fails_a_forgetful_on
     failed = run_task(broken.url, suite, rule, golden=golden)
     assert failed.passed is False and failed.figures.lost >= 5, failed.reason
     assert failed.figures.gained == 0
+
+
+def test_a_coder_suite_too_small_for_its_margin_gives_no_verdict(
+    model_server: StartServer,
+) -> None:
+    """The suite's first six cases at a 2-point margin, every case kept: the loss may still
+    be 31 points, so no pass; the reason says how many cases would decide it."""
+    full = load_suite(CODER)
+    small = full.model_copy(update={"cases": full.cases[:6]})
+    golden = collect(model_server("gptq-30b-a3b-tp1", *FAST).url, small, model_id=None)
+    result = run_task(
+        model_server("fp16-14b-tp2", *FAST).url, small, TaskRule(margin=2), golden=golden
+    )
+    assert result.passed is None and result.figures.lost == 0, result.reason
+    assert "about 133 cases" in result.reason
