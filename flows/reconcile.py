@@ -172,6 +172,20 @@ def read_head(root: Path, *, branch: str, repository: str | None) -> Head:
             "compares a branch head's specs with the Services' history; run it in a clone"
         )
     origin = git(root, "remote", "get-url", "origin")
+    if origin is not None:  # a clone: its HEAD must be the branch's head as origin has it
+        fetched = git(root, "fetch", "--quiet", "origin", branch)
+        remote = (
+            git(root, "rev-parse", "--verify", "FETCH_HEAD^{commit}")
+            if fetched is not None
+            else None
+        )
+        if remote != commit:
+            raise ReconcileError(
+                f"{root} has {commit} checked out, but {branch} of {origin} is at "
+                f"{remote or 'an unknown commit (the fetch failed)'}: the reconciler hands off "
+                f"a branch's head, never an older commit; `git pull` the clone (or run "
+                "prefect.yaml's reconcile deployment, which clones afresh), then run it again"
+            )
     return Head(
         commit=commit,
         committed_at=dt.datetime.fromisoformat(when),
@@ -323,6 +337,41 @@ def api_url() -> str:
             "the reconciler reads handoff runs and merge events from Prefect: set PREFECT_API_URL"
         )
     return url
+
+
+DEPLOYMENT = "handoff-reconcile/reconcile"
+
+
+def request_pass(api_url: str) -> str | None:
+    """Ask prefect.yaml's reconcile deployment for a pass now (a process that starts, such
+    as the relay, catching up on what it missed): the new run's id, or None when a pass is
+    already scheduled or running. ReconcileError when the deployment is not there."""
+    from prefect import get_client
+    from prefect.client.schemas import filters
+    from prefect.exceptions import ObjectNotFound
+
+    with get_client(sync_client=True) as client:
+        try:
+            deployment = client.read_deployment_by_name(DEPLOYMENT)
+        except ObjectNotFound:
+            raise ReconcileError(
+                f"deployment {DEPLOYMENT} not found at {api_url}: deploy prefect.yaml "
+                "(`prefect --no-prompt deploy --all`)"
+            ) from None
+        pending = client.read_flow_runs(
+            deployment_filter=filters.DeploymentFilter(
+                id=filters.DeploymentFilterId(any_=[deployment.id])
+            ),
+            flow_run_filter=filters.FlowRunFilter(
+                state=filters.FlowRunFilterState(
+                    type=filters.FlowRunFilterStateType(any_=sorted(ACTIVE_STATES))
+                )
+            ),
+            limit=1,
+        )
+        if pending:
+            return None
+        return str(client.create_flow_run_from_deployment(deployment.id).id)
 
 
 @flow(name="handoff-reconcile", log_prints=True)

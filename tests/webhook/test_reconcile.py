@@ -24,7 +24,15 @@ from kubernetes import client
 from prefect import flow, get_client
 from prefect.settings import PREFECT_API_URL, temporary_settings
 
-from flows.reconcile import MAX_ATTEMPTS, Head, SeenRun, decide, reconcile
+from flows.reconcile import (
+    MAX_ATTEMPTS,
+    Head,
+    ReconcileError,
+    SeenRun,
+    decide,
+    reconcile,
+    request_pass,
+)
 from flows.report.history_view import listing
 from flows.source_tree import files_digest, read_worktree
 from flows.webhook.events import MergeEvent, ReceivedMerge, read_merge_events, wait_persisted
@@ -37,9 +45,10 @@ from tests.webhook.deploy import (
     remove_deployments,
 )
 from tests.webhook.servers import PrefectServer
-from tests.webhook.specrepo import SpecRepo, commit_files, git, spec_files
+from tests.webhook.specrepo import SpecRepo, commit_files, git, make_spec_repo, spec_files
 
 SPECS = ("alpha", "beta", "gamma", "delta")
+NO_CLUSTER = "/nonexistent/kubeconfig"  # the refusals come before the cluster
 
 
 @pytest.fixture
@@ -316,3 +325,28 @@ def test_prefect_yaml_deploys_the_reconciler_on_its_schedule_and_the_merge_pull_
     assert reconciler["entrypoint"] == "flows/reconcile.py:reconcile_flow"
     [pull] = on_merge["pull_steps"]
     assert list(pull) == ["flows.checkout.clone_run_commit"], pull
+
+
+def test_a_clone_behind_its_branch_is_refused(tmp_path: Path, api: str) -> None:
+    origin = make_spec_repo(tmp_path / "origin", ["alpha"])
+    clone = tmp_path / "clone"
+    git(tmp_path, "clone", "-q", str(origin.work), str(clone))
+    moved = commit_files(origin.work, {"README.md": "# moved on\n"}, "main moves on")
+    stale = git(clone, "rev-parse", "HEAD").strip()
+    with pytest.raises(ReconcileError) as refused:
+        reconcile(specs=clone / "manifests" / "handoffs", kubeconfig=NO_CLUSTER, api_url=api)
+    assert stale in str(refused.value) and moved in str(refused.value), refused.value
+
+
+def test_a_process_that_starts_asks_for_one_pass(api: str) -> None:
+    with get_client(sync_client=True) as prefect:
+        flow_id = prefect.create_flow_from_name("handoff-reconcile")
+        deployment = prefect.create_deployment(flow_id=flow_id, name="reconcile")
+    try:
+        first, second = request_pass(api), request_pass(api)
+        assert first is not None and second is None  # the first pass is still scheduled
+    finally:
+        with get_client(sync_client=True) as prefect:
+            prefect.delete_deployment(deployment)
+    with pytest.raises(ReconcileError, match=r"deploy prefect\.yaml"):
+        request_pass(api)
