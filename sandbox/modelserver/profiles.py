@@ -18,8 +18,13 @@ from sandbox.modelserver.precision import Precision
 CALIBRATION_PROMPT_TOKENS = 128
 """Prompt length at which the profiles' TTFT figures hold."""
 
-KNOWN_SUITES: dict[str, tuple[str, ...]] = {"coder": ("manifests/tasks/coder.yaml",), "clef": ()}
-"""The task suites a model of these weights answers like a working model (by reference)."""
+KNOWN_SUITES: dict[str, tuple[str, ...]] = {
+    "coder": ("manifests/tasks/coder.yaml",),
+    "clef": ("manifests/tasks/coder.yaml",),
+}
+"""The task suites a model of these weights answers like a working model (by reference). The
+clef-flash servers know the coder suite too, so a side-by-side handoff in the sandbox can
+run a task gate that measures something against its live baseline."""
 
 
 class Profile(BaseModel):
