@@ -45,7 +45,8 @@ def _clients(sandbox: SandboxState, namespace: str) -> ClientLoad:
 def test_clef_candle_side_by_side_without_a_failed_request(
     sandbox: SandboxState, kube: Kube, seeded: str, handoff_env: dict[str, str], tmp_path: Path
 ) -> None:
-    # A task gate without golden scores: only the live pod can be its baseline here.
+    # A task gate without golden scores: only the live pod can be its baseline here. At a
+    # 10-point margin the 32-case suite can pass a candidate that keeps every case.
     suite = str(ROOT / "manifests" / "tasks" / "coder.yaml")
     # The latency gate is not under test here. It passes only what it shows within every
     # margin, and on a loaded 2-core machine an identical (or faster) candidate's p99 ITL
@@ -56,7 +57,7 @@ def test_clef_candle_side_by_side_without_a_failed_request(
         seeded,
         "clef-candle",
         tmp_path,
-        gates={"task": {"suite": suite}, "latency": {"margins": margins}},
+        gates={"task": {"suite": suite, "margin": 10}, "latency": {"margins": margins}},
     )
     cluster_ip = service(kube, seeded, "clef-serve").spec.cluster_ip
     with _clients(sandbox, seeded) as load:
