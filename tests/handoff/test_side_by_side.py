@@ -1,6 +1,6 @@
 """The clef-candle handoff on the seed's GPUs (one card free): side by side, invisible
-to clients at 16 streams across the swap and the retirement, the ClusterIP kept, the
-reference kept at 0. A candidate that answers wrongly (the image without the GDN conv
+to clients at 16 streams across the swap, a short bake and the retirement, the ClusterIP
+kept, the reference kept at 0. A candidate that answers wrongly (the image without the GDN conv
 fix) or crash-loops (no nvidia runtime class) is rolled back with the Service still on
 the reference, and the report says why."""
 
@@ -53,11 +53,16 @@ def test_clef_candle_side_by_side_without_a_failed_request(
     # interval reached 1.42 at 1 stream and 3.7 at 16 (TPOT 1.10 at 16): wider margins let
     # the handoff be shown; tests/gates/test_latency*.py test the gate's own defaults.
     margins = {"tpot": 1.25, "ttft": 1.5, "itl_p99": 5.0, "throughput": 0.8}
+    # A short bake: the old pods stay Ready for 3 s while a probe through the Service
+    # checks the candidate's first tokens; a clean one retires (tests/handoff/test_bake.py:
+    # a breach goes back).
+    probe = {"url": _clients(sandbox, seeded).url, "every_s": 0.5}
     spec_file = spec_in(
         seeded,
         "clef-candle",
         tmp_path,
         gates={"task": {"suite": suite, "margin": 10}, "latency": {"margins": margins}},
+        bake={"duration_s": 3, "interval_s": 0.5, "probe": probe},
     )
     cluster_ip = service(kube, seeded, "clef-serve").spec.cluster_ip
     with _clients(sandbox, seeded) as load:
@@ -88,7 +93,11 @@ def test_clef_candle_side_by_side_without_a_failed_request(
     timeline = handoff_pictures(sandbox, record["flow_run_id"], "timeline")
     assert timeline.startswith("## timeline: done") and "](data:image/png;base64," in timeline
     assert "ready endpoints: the Service's Endpoints read every 1 s" in timeline
+    assert "shaded, the bake: pass after " in timeline
     assert any("ancestor" in fix for fix in record["fixes"])
+    bake = record["bake"]
+    assert bake["verdict"] == "pass" and bake["probe_turns"] >= 2 and bake["seconds"] >= 3, bake
+    assert any("exposes no /metrics" in line for line in bake["not_watched"]), bake  # candle-vllm
     completed = _service_events(kube, seeded, "HandoffCompleted")
     assert any(m.startswith(f"handoff {ledger.handoff_id} (clef-candle): done") for m in completed)
 
