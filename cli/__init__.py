@@ -12,7 +12,7 @@ import re
 import typer
 from typer.models import CommandInfo
 
-from cli import demo, gate, golden, handoff, image, reconcile, sandbox, webhook
+from cli import demo, gate, golden, handoff, image, rbac, reconcile, sandbox, webhook
 
 app = typer.Typer(
     name="handoff",
@@ -26,6 +26,7 @@ app.add_typer(gate.app, name="gate")
 app.add_typer(golden.app, name="golden")
 app.add_typer(image.app, name="image")
 app.add_typer(webhook.app, name="webhook")
+app.add_typer(rbac.app, name="rbac")
 for command in (
     demo.demo,
     handoff.plan,

@@ -14,7 +14,6 @@ from __future__ import annotations
 import time
 
 from flows.capacity import Strategy
-from flows.drain import drain_workloads
 from flows.image import PinnedImage
 from flows.kube import write
 from flows.kube.objects import PodSnapshot, owned_by_deployment
@@ -22,8 +21,8 @@ from flows.kube.wait import wait_pods
 from flows.ledger import REVISION_LABEL, OutageRecord, Phase
 from flows.outage import OutageClock
 from flows.render import compute_revision, render_candidate, template_sha256, unpinned_image
+from flows.retiring import drain_workloads, record_way_back
 from flows.run import HandoffRun
-from flows.wayback import record_way_back
 
 OLD_PODS_GONE_S = 120.0
 

@@ -15,15 +15,12 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
-import json
 import struct
 import time
-from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import httpx
-from kubernetes import client
-from kubernetes.stream import stream
 from pydantic import BaseModel, ConfigDict
 
 from flows.baseline import resolve_port
@@ -31,10 +28,8 @@ from flows.downtime import DEFAULT_GRACE_S
 from flows.kube import read
 from flows.kube.client import Kube
 from flows.kube.objects import DeploymentSnapshot, owned_by_deployment
+from flows.kube.podexec import ExecFailed, exec_output
 from flows.kube.portforward import pod_forward
-
-if TYPE_CHECKING:
-    from flows.run import HandoffRun
 
 POLL_S = 0.5
 ASK_S = 5.0  # one /metrics answer or one exec
@@ -117,34 +112,11 @@ class _NoSignal(Exception):
 
 
 def _exec_tables(kube: Kube, namespace: str, pod: str, container: str) -> str:
-    """`cat` of the pod's TCP tables through the apiserver's exec; _NoSignal on failure."""
-    # The client's stream() swaps its ApiClient's request method: use an ApiClient of its own.
-    core = client.CoreV1Api(client.ApiClient(kube.api.configuration))
+    """`cat` of the pod's TCP tables; _NoSignal on failure."""
     try:
-        ws = stream(
-            core.connect_get_namespaced_pod_exec,
-            pod,
-            namespace,
-            command=["cat", *TCP_TABLES],
-            container=container,
-            stderr=True,
-            stdin=False,
-            stdout=True,
-            tty=False,
-            _preload_content=False,
-        )
-        ws.run_forever(timeout=ASK_S)
-        out, status = ws.read_stdout(), ws.read_channel(3)
-        ws.close()
-    except Exception as exc:  # a 403 (no pods/exec), an upgrade refused, a timeout
-        raise _NoSignal(f"exec into pod {namespace}/{pod} failed: {exc}") from exc
-    outcome = json.loads(status) if status else {}
-    if outcome.get("status") != "Success":
-        raise _NoSignal(
-            f"`cat {' '.join(TCP_TABLES)}` in pod {namespace}/{pod} (container {container}) "
-            f"failed: {outcome.get('message') or status or 'no status'}"
-        )
-    return str(out)
+        return exec_output(kube, namespace, pod, container, ["cat", *TCP_TABLES], ASK_S)
+    except ExecFailed as exc:
+        raise _NoSignal(str(exc)) from exc
 
 
 @contextlib.contextmanager
@@ -296,18 +268,3 @@ def _count(gauge: Callable[[], int]) -> int:
         return gauge()
     except (httpx.HTTPError, _NoSignal):
         return 0
-
-
-def drain_workloads(run: HandoffRun, names: Iterable[str], *, connections: bool = True) -> None:
-    """Drain each of the run's workloads `names`, recording what was seen on the run."""
-    for name in names:
-        found = drain(
-            run.kube,
-            run.spec.namespace,
-            run.spec.service,
-            name,
-            port=run.spec.candidate.port,
-            connections=connections,
-        )
-        if found is not None:
-            run.drains.append(found)

@@ -47,6 +47,9 @@ another parent.
         ├── DowntimeExceeded           (outage) the outage reached its estimate without a swap
         ├── SwapFailed                 (swap) the Service does not serve only the candidate
         ├── PersonEdited               (drift) someone changed an object the handoff works on
+        ├── BakeBreached               (bake) the candidate breached the bake's SLOs
+        ├── WrongCommit                (source_tree) a merge's run found another commit's tree
+        ├── SigningKeyError            (report.attest) a signing or verification key is unusable
         └── ServiceGone                (drift) the Service was deleted during the handoff
 
 Where a TransientError is retried, and nowhere else: a request to the API server or the

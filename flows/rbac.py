@@ -59,6 +59,10 @@ HEADER = """\
 #   pods/log       get                       last log lines for the report
 #   pods/portforward  get create             reach the candidate from outside the cluster
 #                                            (get: the 1.20 websocket upgrade)
+#   pods/exec      get create, only where    the drain of a server without in-flight
+#                  a spec sets               metrics counts its pods' client connections
+#                  retire.drain_connections  (`cat /proc/net/tcp`); exec reaches whatever
+#                                            a pod can read, so it is off by default
 #   endpoints      get list watch            verify the switch (only ready candidate pods)
 #   endpointslices list watch                the same on what data planes route by
 #   events         create list               record the swap and the outcome on the Service
@@ -84,6 +88,7 @@ class _Names:
     deployments: set[str] = field(default_factory=set)
     twins: set[str] = field(default_factory=set)
     leases: set[str] = field(default_factory=set)
+    exec_pods: bool = False
 
 
 def _names(specs: Iterable[HandoffSpec]) -> dict[str, _Names]:
@@ -97,6 +102,7 @@ def _names(specs: Iterable[HandoffSpec]) -> dict[str, _Names]:
         if candidate in spec.current:  # replaced side by side through a twin
             names.twins.add(candidate + TWIN_SUFFIX)
         names.deployments.update(names.twins)
+        names.exec_pods |= spec.retire.drain_connections
     return dict(by_namespace)
 
 
@@ -123,6 +129,8 @@ def _role(namespace: str, n: _Names) -> str:
         _rule("", "serviceaccounts", ["get"]),
         _rule("", "pods/log", ["get"]),
         _rule("", "pods/portforward", ["get", "create"]),
+        # Only where a spec drains by connections: exec reaches what any pod can read.
+        *([_rule("", "pods/exec", ["get", "create"])] if n.exec_pods else []),
         _rule("", "endpoints", ["get", "list", "watch"]),
         _rule("discovery.k8s.io", "endpointslices", ["list", "watch"]),
         _rule("", "events", ["create", "list"]),

@@ -11,7 +11,6 @@ counts: setting the same count again changes nothing.
 
 from __future__ import annotations
 
-from flows.drain import drain_workloads
 from flows.kube import write
 from flows.kube.objects import PodSnapshot, owned_by_deployment
 from flows.kube.wait import wait_pods, wait_rolled_out
@@ -20,6 +19,7 @@ from flows.render import (
     compute_startup_allowance,
     render_candidate,
 )
+from flows.retiring import drain_workloads, record_way_back
 from flows.run import HandoffRun
 from flows.swap import (
     live_only_selector,
@@ -29,7 +29,6 @@ from flows.swap import (
     verify_service,
 )
 from flows.warm import wait_candidate_ready
-from flows.wayback import record_way_back
 
 RETIRE_S = 180.0
 

@@ -193,6 +193,12 @@ class RetireSpec(_Model):
     action: Literal["scale-to-zero"] = Field(
         "scale-to-zero", description="old workloads are kept at 0 replicas, never deleted"
     )
+    drain_connections: bool = Field(
+        False,
+        description="drain a server without in-flight metrics by its pods' client "
+        "connections, read by exec: the Role then grants pods/exec in the namespace "
+        "(handoff rbac render), which reaches whatever its pods can read",
+    )
 
 
 class BakeSloSpec(_Model):

@@ -24,11 +24,11 @@ from flows import (
     gating,
     image,
     outage,
+    retiring,
     rollback,
     scale,
     swap,
     warm,
-    wayback,
 )
 from flows.capacity import Strategy
 from flows.errors import HandoffError
@@ -196,7 +196,7 @@ def approve_gates(run: HandoffRun, evidence: Evidence, *, auto: bool) -> None:
     approve.request_approval(
         run,
         what="the handoff",
-        summary=evidence.markdown() + wayback.approval_note(run),
+        summary=evidence.markdown() + retiring.approval_note(run),
         brief=evidence.brief(),
         auto=auto,
         phase=Phase.APPROVED,

@@ -10,7 +10,7 @@ budget, else unknown. Changes nothing.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
@@ -20,9 +20,6 @@ from flows.kube.client import Kube
 from flows.kube.objects import DeploymentSnapshot, owned_by_deployment
 from flows.ledger import history_entries
 from flows.render import split_image
-
-if TYPE_CHECKING:
-    from flows.run import HandoffRun
 
 
 class WayBack(BaseModel):
@@ -86,25 +83,3 @@ def way_back(
         recorded = [s for r in sorted(repositories) for s in recorded_starts(history, r)]
         found.append(decide_way_back(deployment, measured, recorded))
     return found
-
-
-def of_run(run: HandoffRun) -> list[WayBack]:
-    """The way back of the run's old workloads, as they are now."""
-    current = [read.read_deployment(run.kube, run.spec.namespace, d.name) for d in run.plan.current]
-    return way_back(run.kube, run.spec.namespace, [d for d in current if d is not None])
-
-
-def record_way_back(run: HandoffRun) -> None:
-    """Before the old pods stop: what bringing them back would cost, for the record."""
-    run.way_back = of_run(run)
-
-
-def approval_note(run: HandoffRun) -> str:
-    """For the approver of a side-by-side handoff: what going back will cost once the old
-    workloads are retired ('' in place, where the plan's declared downtime says it)."""
-    if run.spec.replaces_live or not run.plan.current or run.ledger.strategy == "in-place":
-        return ""
-    lines = [f"- {w.line()}" for w in of_run(run)]
-    return "\n\n**The way back once retired** (kept at 0 replicas, a cold start):\n" + "\n".join(
-        lines
-    )

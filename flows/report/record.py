@@ -59,9 +59,9 @@ class HandoffRecord(BaseModel):
     approver: str | None = Field(None, description="every approver, in order")
     approvals: list[dict[str, Any]] = Field(default_factory=list)
     evidence_sha256: str | None = None
+    evidence_bundle: BundleRef | None = Field(None, description="flows/report/attest.py")
     trigger: Trigger = Trigger()
     source: SourceTree | None = Field(None, description="the commit and files that ran")
-    evidence_bundle: BundleRef | None = Field(None, description="flows/report/attest.py")
     durations_s: dict[str, float] = Field(default_factory=dict)
     steps: list[StepSpan] = Field(default_factory=list, description="for the timeline")
     ready_endpoints: list[tuple[float, int]] = Field(

@@ -163,12 +163,54 @@ def _forbidden(call: Callable[[], Any]) -> int:
     return int(refused.value.status or 0)
 
 
+def _unrelated_objects(kube: Kube, namespace: str) -> None:
+    """A Deployment, a Service and a Lease of the namespace that no spec names."""
+    labels = {"app": "other-app"}
+    template = {
+        "metadata": {"labels": labels},
+        "spec": {"containers": [{"name": "x", "image": "x"}]},
+    }
+    kube.apps.create_namespaced_deployment(
+        namespace,
+        {
+            "metadata": {"name": "other-app"},
+            "spec": {"replicas": 0, "selector": {"matchLabels": labels}, "template": template},
+        },
+    )
+    kube.core.create_namespaced_service(
+        namespace,
+        {"metadata": {"name": "other-svc"}, "spec": {"selector": labels, "ports": [{"port": 80}]}},
+    )
+    client.CoordinationV1Api(kube.api).create_namespaced_lease(
+        namespace, {"metadata": {"name": "other-controller"}, "spec": {"holderIdentity": "it"}}
+    )
+
+
 def test_the_flow_service_account_cannot_read_secrets_or_leave_its_namespace(
-    flow_identity: Path, seeded: str
+    flow_identity: Path, kube: Kube, seeded: str
 ) -> None:
+    _unrelated_objects(kube, seeded)
     api = config.new_client_from_config(config_file=str(flow_identity))
     core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
+    leases = client.CoordinationV1Api(api)
+    scale_to_zero = {"spec": {"replicas": 0}}
     refusals = {
+        # Writes name their objects (handoff rbac render): nothing no spec names.
+        "scale an unrelated Deployment": lambda: apps.patch_namespaced_deployment_scale(
+            "other-app", seeded, scale_to_zero
+        ),
+        "patch an unrelated Deployment": lambda: apps.patch_namespaced_deployment(
+            "other-app", seeded, {"metadata": {"labels": {"x": "y"}}}
+        ),
+        "point an unrelated Service elsewhere": lambda: core.patch_namespaced_service(
+            "other-svc", seeded, {"spec": {"selector": {"app": "candle-vllm"}}}
+        ),
+        "read another controller's Lease": lambda: leases.read_namespaced_lease(
+            "other-controller", seeded
+        ),
+        "delete another controller's Lease": lambda: leases.delete_namespaced_lease(
+            "other-controller", seeded
+        ),
         "list Secrets": lambda: core.list_namespaced_secret(seeded),
         "read its own token Secret": lambda: core.read_namespaced_secret("handoff-token", seeded),
         # Only `get` by name: warm-up reads the one its pods need (is it missing yet?).
