@@ -14,7 +14,7 @@ from flows.newest import compute_newest, ensure_newest
 from flows.report.record import Trigger
 from flows.webhook.events import MergeEvent, ReceivedMerge
 from tests.webhook.conftest import SECRET
-from tests.webhook.payloads import deliver, push_body
+from tests.webhook.payloads import deliver, outcome_of, push_body
 from tests.webhook.servers import PrefectServer
 from tests.webhook.specrepo import SpecRepo
 
@@ -95,6 +95,9 @@ def test_two_quick_merges_through_the_relay_supersede_the_first(
 ) -> None:
     first = deliver(relay, push_body(["manifests/handoffs/alpha.yaml"], after="1" * 40), SECRET)
     second = deliver(relay, push_body(["manifests/golden/alpha.json"], after="2" * 40), SECRET)
+    # The relay answers 202 at once and emits from its inbox: both merges' events first.
+    for accepted in (first, second):
+        assert outcome_of(relay, accepted)["outcome"] == "emitted", accepted.text
     spec_file = str(spec_repo.specs_dir / "alpha.yaml")
     with temporary_settings({PREFECT_API_URL: prefect.api_url}):
         older = ensure_newest(spec_file, _trigger(first.json()["delivery"], "1"))
