@@ -14,9 +14,10 @@ from flows.newest import compute_newest, ensure_newest
 from flows.report.record import Trigger
 from flows.webhook.events import MergeEvent, ReceivedMerge
 from tests.webhook.conftest import SECRET
-from tests.webhook.payloads import deliver, outcome_of, push_body
+from tests.webhook.payloads import deliver, outcome_of
 from tests.webhook.servers import PrefectServer
 from tests.webhook.specrepo import SpecRepo
+from tests.webhook.test_relay import ALPHA_MANIFEST, pushed
 
 T0 = dt.datetime(2026, 11, 29, 10, 0, tzinfo=dt.UTC)
 
@@ -93,17 +94,19 @@ def test_a_run_started_by_hand_always_proceeds() -> None:
 def test_two_quick_merges_through_the_relay_supersede_the_first(
     relay: str, prefect: PrefectServer, spec_repo: SpecRepo
 ) -> None:
-    first = deliver(relay, push_body(["manifests/handoffs/alpha.yaml"], after="1" * 40), SECRET)
-    second = deliver(relay, push_body(["manifests/golden/alpha.json"], after="2" * 40), SECRET)
+    one = pushed(spec_repo, {ALPHA_MANIFEST: "v: 1\n"})
+    two = pushed(spec_repo, {"manifests/golden/alpha.json": '{"v": 2}\n'})
+    first, second = deliver(relay, one, SECRET), deliver(relay, two, SECRET)
     # The relay answers 202 at once and emits from its inbox: both merges' events first.
     for accepted in (first, second):
         assert outcome_of(relay, accepted)["outcome"] == "emitted", accepted.text
     spec_file = str(spec_repo.specs_dir / "alpha.yaml")
     with temporary_settings({PREFECT_API_URL: prefect.api_url}):
-        older = ensure_newest(spec_file, _trigger(first.json()["delivery"], "1"))
-        newer = ensure_newest(spec_file, _trigger(second.json()["delivery"], "2"))
+        older = ensure_newest(spec_file, _trigger(first.json()["delivery"], one["after"]))
+        newer = ensure_newest(spec_file, _trigger(second.json()["delivery"], two["after"]))
         other_service = ensure_newest(
-            str(spec_repo.specs_dir / "beta.yaml"), _trigger(second.json()["delivery"], "2")
+            str(spec_repo.specs_dir / "beta.yaml"),
+            _trigger(second.json()["delivery"], two["after"]),
         )
     assert not older.newest and "superseded" in older.reason
     assert older.newer == [newer.reason.split("merge ")[1].split(" is the newest")[0]]
@@ -113,4 +116,4 @@ def test_two_quick_merges_through_the_relay_supersede_the_first(
 
 
 def _trigger(delivery: str, commit: str) -> Trigger:
-    return Trigger(source="forgejo", delivery_id=delivery, merge_commit=commit * 40)
+    return Trigger(source="forgejo", delivery_id=delivery, merge_commit=commit)
