@@ -19,7 +19,7 @@ import pytest
 
 from flows.kube.client import Kube
 from flows.ledger import history_entries, parse_ledger
-from flows.swap import PROXY_SYNC_S
+from flows.swap import PROXY_SYNC_S, settle_data_plane
 from sandbox.proxy import address_of
 from sandbox.seed import CLIENT_API
 from sandbox.state import SandboxState
@@ -98,8 +98,10 @@ def test_a_candidate_failing_in_the_bake_goes_back_to_the_warm_pods(
         return ledger is not None and ledger.phase == "scaled"
 
     _until("the scale-up", scaled, 240, thread)
-    # Clients that connect now reach the candidate (clients of before keep their
-    # connections to the old pods, which stay up): they are the ones its failures meet.
+    # Once every proxy has applied the swap, clients that connect reach the candidate
+    # (clients of before keep their connections to the old pods, which stay up): they
+    # are the ones its failures meet. Sooner, a proxy may still send them to the old pods.
+    settle_data_plane()
     with _clients(sandbox, seeded) as load:
         time.sleep(1.0)
         _fail_every_third(sandbox, kube, seeded)
