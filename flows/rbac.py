@@ -52,7 +52,10 @@ HEADER = """\
 #   pods           get list watch            warm-up waits, crash-loop detection
 #   pods           create (only dry-run)     when a candidate's ReplicaSet cannot create
 #                                            its pods, a pod of its template is dry-run to
-#                                            learn admission's status code; creating
+#                                            learn admission's status code. RBAC cannot
+#                                            limit a verb to dry-run; the optional policy
+#                                            (admission-policy.yaml, 1.30+) refuses a
+#                                            persisted pod; before 1.30, creating
 #                                            Deployments grants as much already
 #   serviceaccounts get                      a 403 from that dry-run is a refusal only if
 #                                            the pods' ServiceAccount exists

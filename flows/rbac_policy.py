@@ -6,8 +6,11 @@ run any image. A ValidatingAdmissionPolicy (admissionregistration.k8s.io/v1, Kub
 1.30 and later) checks every Deployment that account creates or updates: its pods run
 under a ServiceAccount a candidate manifest names (else `default`), mount no Secret,
 projected token or host path, share no host namespace, run no privileged container, and
-pull only from the repositories the specs and their candidate manifests name. Rendered
-from the specs by `handoff rbac render --policy` (manifests/rbac/admission-policy.yaml).
+pull only from the repositories the specs and their candidate manifests name. A second
+policy lets that account create pods only as a dry-run: the Role's `pods: create` exists
+for flows/kube/admission.py, which sends a pod of a stuck ReplicaSet with dryRun=All to
+learn admission's status code, and RBAC cannot restrict a verb to dry-run. Rendered from
+the specs by `handoff rbac render --policy` (manifests/rbac/admission-policy.yaml).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from flows.render import load_manifest
 from flows.spec import HandoffSpec
 
 NAME = "handoff-pod-templates"
+DRY_RUN_PODS = "handoff-pods-dry-run-only"
 SAFE_VOLUMES = ["name", "persistentVolumeClaim", "emptyDir", "configMap"]
 
 HEADER = f"""\
@@ -90,8 +94,11 @@ def validations(accounts: list[str], repositories: list[str]) -> list[dict[str, 
     ]
 
 
-def _policy(namespace: str, allow: dict[str, list[str]]) -> list[dict[str, Any]]:
-    name = f"{NAME}-{namespace}"
+def _policy_and_binding(
+    name: str, namespace: str, resource: str, operations: list[str], validations: list[Any]
+) -> list[dict[str, Any]]:
+    """A policy over the handoff account's `operations` on `resource` (group inferred),
+    bound to `namespace`."""
     user = f"system:serviceaccount:{namespace}:{ACCOUNT}"
     policy = {
         "apiVersion": "admissionregistration.k8s.io/v1",
@@ -102,10 +109,10 @@ def _policy(namespace: str, allow: dict[str, list[str]]) -> list[dict[str, Any]]
             "matchConstraints": {
                 "resourceRules": [
                     {
-                        "apiGroups": ["apps"],
+                        "apiGroups": ["" if resource == "pods" else "apps"],
                         "apiVersions": ["v1"],
-                        "operations": ["CREATE", "UPDATE"],
-                        "resources": ["deployments"],
+                        "operations": operations,
+                        "resources": [resource],
                     }
                 ]
             },
@@ -115,7 +122,7 @@ def _policy(namespace: str, allow: dict[str, list[str]]) -> list[dict[str, Any]]
                     "expression": f"request.userInfo.username == '{user}'",
                 }
             ],
-            "validations": validations(allow["accounts"], allow["repositories"]),
+            "validations": validations,
         },
     }
     binding = {
@@ -131,6 +138,25 @@ def _policy(namespace: str, allow: dict[str, list[str]]) -> list[dict[str, Any]]
         },
     }
     return [policy, binding]
+
+
+DRY_RUN_ONLY = {
+    "expression": "has(request.dryRun) && request.dryRun",
+    "message": f"the {ACCOUNT} account creates pods only as a dry-run (to learn admission's "
+    "answer for a ReplicaSet's pods); a pod it would persist is refused",
+}
+
+
+def _policy(namespace: str, allow: dict[str, list[str]]) -> list[dict[str, Any]]:
+    templates = validations(allow["accounts"], allow["repositories"])
+    return [
+        *_policy_and_binding(
+            f"{NAME}-{namespace}", namespace, "deployments", ["CREATE", "UPDATE"], templates
+        ),
+        *_policy_and_binding(
+            f"{DRY_RUN_PODS}-{namespace}", namespace, "pods", ["CREATE"], [DRY_RUN_ONLY]
+        ),
+    ]
 
 
 def render_policy(specs: Iterable[HandoffSpec]) -> str:

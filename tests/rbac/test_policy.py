@@ -27,11 +27,11 @@ SPECS = sorted((ROOT / "manifests" / "handoffs").glob("*.yaml"))
 ENV = celpy.Environment()
 
 
-def _policy() -> dict[str, Any]:
+def _policy(name: str = "handoff-pod-templates-") -> dict[str, Any]:
     return next(
         d
         for d in yaml.safe_load_all(POLICY.read_text())
-        if d["kind"] == "ValidatingAdmissionPolicy"
+        if d["kind"] == "ValidatingAdmissionPolicy" and d["metadata"]["name"].startswith(name)
     )
 
 
@@ -84,6 +84,28 @@ def test_every_candidate_the_specs_name_is_admitted_pinned_or_not() -> None:
         for c in pinned["spec"]["template"]["spec"]["containers"]:
             c["image"] = c["image"].rsplit(":", 1)[0] + "@sha256:" + "0" * 64
         assert _refusals(pinned) == [], "the flow runs the candidate pinned by digest"
+
+
+def test_pods_are_created_only_as_a_dry_run() -> None:
+    """RBAC cannot limit `pods: create` to dry-run; the policy does: the admission probe's
+    dry-run is admitted, a persisted pod (one under another ServiceAccount, mounting the
+    worker's Secret) is refused."""
+    policy = _policy("handoff-pods-dry-run-only-")
+    [rule] = policy["spec"]["matchConstraints"]["resourceRules"]
+    assert rule["resources"] == ["pods"] and rule["operations"] == ["CREATE"]
+    assert rule["apiGroups"] == [""]
+
+    def refusals(request: dict[str, Any]) -> list[str]:
+        activation = {"request": celpy.json_to_cel(request)}
+        return [
+            v["message"]
+            for v in policy["spec"]["validations"]
+            if not ENV.program(ENV.compile(v["expression"])).evaluate(activation)
+        ]
+
+    assert refusals({"dryRun": True}) == []
+    assert len(refusals({"dryRun": False})) == 1
+    assert len(refusals({})) == 1  # dryRun unset: persisted
 
 
 def _escalate(pod: dict[str, Any], how: str) -> None:
