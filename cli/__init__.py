@@ -12,7 +12,7 @@ import re
 import typer
 from typer.models import CommandInfo
 
-from cli import demo, gate, golden, handoff, image, rbac, reconcile, sandbox, webhook
+from cli import demo, gate, golden, handoff, image, rbac, reconcile, sandbox, webhook, workpool
 
 app = typer.Typer(
     name="handoff",
@@ -27,6 +27,7 @@ app.add_typer(golden.app, name="golden")
 app.add_typer(image.app, name="image")
 app.add_typer(webhook.app, name="webhook")
 app.add_typer(rbac.app, name="rbac")
+app.add_typer(workpool.app, name="work-pool")
 for command in (
     demo.demo,
     handoff.plan,

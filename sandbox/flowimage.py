@@ -69,14 +69,15 @@ def _layer() -> tuple[bytes, str]:
 
 
 def publish(registry_url: str, tag: str = "dev") -> str:
-    """Push the flow's image to the sandbox registry; returns its reference."""
+    """Push the flow's image to the sandbox registry under `tag`; returns its reference
+    by digest (the work pool's template takes nothing else)."""
     layer, diff_id = _layer()
     image = BuiltImage(
         layer=layer, diff_id=diff_id, created="1970-01-01T00:00:00Z", labels=labels()
     )
-    push_image(registry_url, REPOSITORY, tag, image)
+    digest = push_image(registry_url, REPOSITORY, tag, image)
     host = registry_url.split("://", 1)[-1].rstrip("/")
-    return f"{host}/{REPOSITORY}:{tag}"
+    return f"{host}/{REPOSITORY}@{digest}"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -4,10 +4,12 @@ and flow runs created and awaited through the REST API."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -19,6 +21,8 @@ from prefect import get_client
 from prefect.client.orchestration import SyncPrefectClient
 from prefect.client.schemas.objects import State
 from prefect.settings import PREFECT_API_AUTH_STRING, PREFECT_API_URL, temporary_settings
+
+from flows.workpool import render_pool_template
 
 ROOT = Path(__file__).resolve().parents[2]
 POOL = "handoff-kubernetes"
@@ -40,14 +44,26 @@ def prefect(env: dict[str, str], *args: str, timeout_s: float = 180) -> str:
     return output
 
 
-def deploy(api_url: str, image: str, auth: str | None = None) -> str:
-    """The pool and prefect.yaml's Kubernetes deployment, as the README has them; its id.
-    auth: the `user:password` a server with authentication requires."""
-    env = {**os.environ, "PREFECT_API_URL": api_url, "HANDOFF_FLOW_IMAGE": image}
+def deploy(
+    api_url: str, image: str, auth: str | None = None, *, service_account: str = "handoff"
+) -> str:
+    """The pool (its template rendered for `image`, pinned, and `service_account`) and
+    prefect.yaml's Kubernetes deployment, as the README has them; its id. auth: the
+    `user:password` a server with authentication requires."""
+    env = {**os.environ, "PREFECT_API_URL": api_url}
     if auth:
         env["PREFECT_API_AUTH_STRING"] = auth
     env.setdefault("HANDOFF_REPOSITORY", str(ROOT))
-    prefect(env, "work-pool", "create", POOL, "--type", "kubernetes", "--overwrite")
+    with tempfile.TemporaryDirectory() as scratch:
+        template = Path(scratch) / "pool.json"
+        template.write_text(
+            json.dumps(render_pool_template(image, service_account=service_account))
+        )
+        prefect(
+            env,
+            *("work-pool", "create", POOL, "--type", "kubernetes", "--overwrite"),
+            *("--base-job-template", str(template)),
+        )
     prefect(env, "--no-prompt", "deploy", "--name", DEPLOYMENT)
     with prefect_client(api_url, auth) as c:
         return str(c.read_deployment_by_name(f"handoff/{DEPLOYMENT}").id)

@@ -12,6 +12,7 @@ import tomllib
 
 import yaml
 
+from flows.workpool import render_pool_template
 from sandbox import flowimage
 
 ROOT = flowimage.ROOT
@@ -65,10 +66,10 @@ def test_it_runs_where_the_kubernetes_deployment_expects() -> None:
     assert not _all("ENTRYPOINT")
     assert _all("CMD") == ['["prefect", "flow-run", "execute"]']
     variables = deployment["work_pool"]["job_variables"]
-    assert variables["image"] == "{{ $HANDOFF_FLOW_IMAGE }}"
+    # The image, command and account are the pool's, fixed (flows/workpool.py).
+    assert not {"image", "command", "service_account_name"} & set(variables)
+    pod = render_pool_template("r.example/handoff@sha256:" + "0" * 64)["job_configuration"]
+    account = pod["job_manifest"]["spec"]["template"]["spec"]["serviceAccountName"]
     rbac = yaml.safe_load_all((ROOT / "manifests" / "rbac" / "handoff.yaml").read_text())
-    account = next(d for d in rbac if d and d["kind"] == "ServiceAccount")["metadata"]
-    assert (variables["service_account_name"], variables["namespace"]) == (
-        account["name"],
-        account["namespace"],
-    )
+    shipped = next(d for d in rbac if d and d["kind"] == "ServiceAccount")["metadata"]
+    assert (account, variables["namespace"]) == (shipped["name"], shipped["namespace"])

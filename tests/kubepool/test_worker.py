@@ -2,9 +2,9 @@
 Kubernetes worker (prefect-kubernetes) with manifests/rbac/prefect-worker.yaml's
 ServiceAccount polls the pool and starts each flow run as a Job; the kubelet runs the
 flow's image as a process of this checkout with the pod's ServiceAccount token, and the
-flow hands off a Service with in-cluster config as the shipped `handoff` identity.
-Under an identity without the Role the flow fails with the 403 named; a container that
-dies before its run starts fails its Job, and the worker marks the run Crashed."""
+flow hands off a Service with in-cluster config as the shipped `handoff` identity. A run
+that would bring another ServiceAccount or command is refused by Prefect before any Job
+exists: the pool's template fixes them (flows/workpool.py)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 import yaml
 from kubernetes import client
+from prefect.exceptions import PrefectHTTPStatusError
 
 from flows.kube.client import Kube
 from flows.kube.portforward import POD_ACCESS_ENV
@@ -94,34 +95,16 @@ def test_a_handoff_runs_as_a_kubernetes_job_of_the_worker(
     parameters = {"spec_file": str(spec_file), "auto_approve": True}
     log = tmp_path / "worker.log"
     with pool.worker(api, identities, seeded, log):
-        # First under the namespace's default account, which has no Role: refused at once.
-        refused = pool.create_run(
-            api,
-            deployment,
-            parameters,
-            {"namespace": seeded, "env": flow_env, "service_account_name": "default"},
-        )
-        state = pool.wait_run(api, refused, log)
-        assert state.is_failed(), (state, _pod_log(kube, seeded, refused)[-6000:])
-        assert "forbidden" in (state.message or "").lower(), state
-        assert f"system:serviceaccount:{seeded}:default" in (state.message or "")
-        # The runner reported the failure to Prefect, so its process exits 0 (only a
-        # crash it could not report exits non-zero and fails the Job).
-        job = wait_job_end(kube, seeded, _job_of(kube, seeded, refused).metadata.name)
-        assert job.status.succeeded == 1, job.status
-
-        # A container that dies before the run starts: its pod fails with the exit
-        # code, the Job fails, and the worker's observer marks the run Crashed.
+        # What runs and as whom is the pool's: a run that would change it is refused
+        # before any Job exists (Prefect checks job variables against the pool's schema).
         dies = "python -c 'import sys; sys.exit(3)'"
-        crashed = pool.create_run(
-            api, deployment, parameters, {"namespace": seeded, "env": flow_env, "command": dies}
-        )
-        state = pool.wait_run(api, crashed, log)
-        assert state.is_crashed(), (state, log.read_text()[-3000:])
-        job = wait_job_end(kube, seeded, _job_of(kube, seeded, crashed).metadata.name)
-        assert job.status.failed == 1, job.status
-        (pod,) = job_pods(kube, seeded, job.metadata.name)
-        assert (pod.status.phase, exit_code(pod)) == ("Failed", 3)
+        for override in ({"service_account_name": "default"}, {"command": dies}):
+            with pytest.raises(PrefectHTTPStatusError) as refused:
+                pool.create_run(
+                    api, deployment, parameters, {"namespace": seeded, "env": flow_env} | override
+                )
+            assert refused.value.response.status_code == 422, override
+        assert not client.BatchV1Api(kube.api).list_namespaced_job(seeded).items
 
         # Then as the deployment has it: the handoff ServiceAccount.
         as_shipped = {"namespace": seeded, "env": flow_env}

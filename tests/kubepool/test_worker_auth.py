@@ -70,7 +70,8 @@ def test_the_in_cluster_worker_and_its_jobs_authenticate_with_a_secret(
     api, auth = authed_prefect.api_url, authed_prefect.auth_string
     assert auth, "the server requires credentials"
     image = flowimage.publish(sandbox.registry_url or "")
-    deployment_id = pool.deploy(api, image, auth=auth)
+    # The namespace's default account runs the flow here: no Role is installed for it.
+    deployment_id = pool.deploy(api, image, auth=auth, service_account="default")
 
     # As the manifest's header has it: the ConfigMap and the Secret, then the manifest.
     kube.core.create_namespaced_config_map(
@@ -96,7 +97,7 @@ def test_the_in_cluster_worker_and_its_jobs_authenticate_with_a_secret(
     # The flow is refused its spec at once (a deployment's run reads only its specs
     # directory): a Failed state with the flow's own message is one the Job reported.
     parameters = {"spec_file": "/etc/hostname", "auto_approve": True}
-    job_variables = {"namespace": namespace, "service_account_name": "default"}
+    job_variables = {"namespace": namespace}
     run_id = pool.create_run(api, deployment_id, parameters, job_variables, auth=auth)
     log_note = tmp_path / "worker.log"
     log_note.write_text("the worker runs as a pod: its log follows\n")

@@ -1,0 +1,68 @@
+"""The Kubernetes work pool's base job template, with what a run may not change fixed.
+
+Whoever may create a flow run of a deployment may give it job variables, and Prefect
+applies them over the deployment's and the pool's: with the stock template a run could
+bring its own image, command, ServiceAccount or cluster credentials, and so run any code
+in the namespace under any account. Rendered here, the template carries the image (by digest), the
+command `prefect flow-run execute` and the ServiceAccount as literals, lists none of
+them among its variables, and refuses variables it does not list
+(`additionalProperties: false`): Prefect answers 422 to a deployment or a flow run that
+sets one. What stays open to a run's job variables: the namespace, env, labels,
+annotations, resources and the Job's timeouts (README, "Trust boundary").
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from flows.errors import PermanentError
+
+TEMPLATE = (
+    Path(__file__).resolve().parents[1] / "manifests" / "work-pool" / "handoff-kubernetes.json"
+)
+FIXED = ("image", "command", "service_account_name")
+COMMAND = ["prefect", "flow-run", "execute"]
+PINNED = re.compile(r"^[^@\s]+@sha256:[0-9a-f]{64}$")
+
+
+class PoolTemplateError(PermanentError):
+    """The work pool template cannot be rendered as asked."""
+
+
+def render_pool_template(
+    image: str, *, service_account: str = "handoff", template: Path = TEMPLATE
+) -> dict[str, Any]:
+    """The base job template with `image`, the command and `service_account` fixed."""
+    if not PINNED.match(image):
+        raise PoolTemplateError(
+            f"image {image!r} is not pinned by digest: the pool runs exactly one image, so "
+            "give it as REGISTRY/REPOSITORY@sha256:<64 hex> (a tag could move under the "
+            "pool); `crane digest`, `skopeo inspect` or the registry's UI gives the digest"
+        )
+    if not re.fullmatch(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?", service_account):
+        raise PoolTemplateError(
+            f"ServiceAccount {service_account!r} is not a valid Kubernetes name"
+        )
+    base = json.loads(template.read_text())
+    rendered = copy.deepcopy(base)
+    job = rendered["job_configuration"]
+    job["command"] = " ".join(COMMAND)
+    job.pop("cluster_config", None)
+    pod = job["job_manifest"]["spec"]["template"]["spec"]
+    [container] = pod["containers"]
+    container["image"] = image
+    container["args"] = list(COMMAND)
+    pod["serviceAccountName"] = service_account
+    variables = rendered["variables"]
+    for name in FIXED:
+        variables["properties"].pop(name, None)
+    variables["required"] = [r for r in variables.get("required", []) if r not in FIXED]
+    variables["additionalProperties"] = False
+    left = sorted(n for n in FIXED if f"{{{{ {n} }}}}" in json.dumps(rendered))
+    if left:
+        raise PoolTemplateError(f"{template}: still refers to {', '.join(left)} after rendering")
+    return rendered

