@@ -47,8 +47,8 @@ def render_pool_template(
         raise PoolTemplateError(
             f"ServiceAccount {service_account!r} is not a valid Kubernetes name"
         )
-    base = json.loads(template.read_text())
-    rendered = copy.deepcopy(base)
+    base: dict[str, Any] = json.loads(template.read_text())
+    rendered: dict[str, Any] = copy.deepcopy(base)
     job = rendered["job_configuration"]
     job["command"] = " ".join(COMMAND)
     job.pop("cluster_config", None)
