@@ -114,6 +114,15 @@ def serve(
             "(or cannot be asked): anyone who reaches it can then start handoffs.",
         ),
     ] = False,
+    reconcile_on_start: Annotated[
+        bool,
+        typer.Option(
+            "--reconcile-on-start",
+            help="Once serving, ask prefect.yaml's reconcile deployment for one pass: the "
+            "merges forges sent while the relay was down (they do not redeliver) are found "
+            "and handed off.",
+        ),
+    ] = False,
     **limits: Any,
 ) -> None:
     """Serve the relay until interrupted."""
@@ -160,6 +169,7 @@ def serve(
             clone_hosts=frozenset(h.lower() for h in clone_host or ()),
             repository=repository,
             insecure_prefect=insecure_prefect,
+            reconcile_on_start=reconcile_on_start,
             **limits,
         )
     except ValidationError as exc:

@@ -26,7 +26,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
-from prefect import flow, get_run_logger
 from pydantic import BaseModel
 
 from flows.kube import read
@@ -35,6 +34,7 @@ from flows.ledger import history_entries
 from flows.report.prefect_runs import HANDOFF_FLOW, RUN_LIMIT
 from flows.source_tree import files_digest, git, read_commit, read_worktree
 from flows.spec_paths import specs_dir as default_specs_dir
+from flows.webhook.catchup import ACTIVE_STATES
 from flows.webhook.events import (
     MergeEvent,
     ReceivedMerge,
@@ -50,7 +50,6 @@ SOURCE = "reconciler"
 MAX_ATTEMPTS = 3
 # A merge event younger than this without its run yet is the trigger's to act on.
 EVENT_WAIT_S = 600.0
-ACTIVE_STATES = frozenset({"SCHEDULED", "PENDING", "RUNNING", "PAUSED", "CANCELLING"})
 
 
 class Head(BaseModel):
@@ -337,48 +336,3 @@ def api_url() -> str:
             "the reconciler reads handoff runs and merge events from Prefect: set PREFECT_API_URL"
         )
     return url
-
-
-DEPLOYMENT = "handoff-reconcile/reconcile"
-
-
-def request_pass(api_url: str) -> str | None:
-    """Ask prefect.yaml's reconcile deployment for a pass now (a process that starts, such
-    as the relay, catching up on what it missed): the new run's id, or None when a pass is
-    already scheduled or running. ReconcileError when the deployment is not there."""
-    from prefect import get_client
-    from prefect.client.schemas import filters
-    from prefect.exceptions import ObjectNotFound
-
-    with get_client(sync_client=True) as client:
-        try:
-            deployment = client.read_deployment_by_name(DEPLOYMENT)
-        except ObjectNotFound:
-            raise ReconcileError(
-                f"deployment {DEPLOYMENT} not found at {api_url}: deploy prefect.yaml "
-                "(`prefect --no-prompt deploy --all`)"
-            ) from None
-        pending = client.read_flow_runs(
-            deployment_filter=filters.DeploymentFilter(
-                id=filters.DeploymentFilterId(any_=[deployment.id])
-            ),
-            flow_run_filter=filters.FlowRunFilter(
-                state=filters.FlowRunFilterState(
-                    type=filters.FlowRunFilterStateType(any_=sorted(ACTIVE_STATES))
-                )
-            ),
-            limit=1,
-        )
-        if pending:
-            return None
-        return str(client.create_flow_run_from_deployment(deployment.id).id)
-
-
-@flow(name="handoff-reconcile", log_prints=True)
-def reconcile_flow(branch: str = "main", repository: str | None = None) -> list[Decision]:
-    """The scheduled pass (prefect.yaml's `reconcile`), in a fresh clone of the branch."""
-    decisions = reconcile(api_url=api_url(), branch=branch, repository=repository)
-    log = get_run_logger()
-    for d in decisions:
-        log.info("%s %s (%s): %s", d.action, d.spec, d.head[:12], d.reason)
-    return decisions

@@ -27,6 +27,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from flows.webhook.catchup import catch_up_in_background
 from flows.webhook.deliveries import DeliveryStore
 from flows.webhook.gitcmd import clip
 from flows.webhook.intake import ByteBudget, Refused, body_of
@@ -154,6 +155,8 @@ def create_app(settings: RelaySettings) -> Starlette:
     @asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
         worker.start()  # queued deliveries of an earlier run are resumed
+        if settings.reconcile_on_start:  # and merges sent while it was down are found
+            catch_up_in_background(settings.prefect_api_url)
         try:
             yield
         finally:

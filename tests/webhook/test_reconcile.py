@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -31,11 +32,12 @@ from flows.reconcile import (
     SeenRun,
     decide,
     reconcile,
-    request_pass,
 )
 from flows.report.history_view import listing
 from flows.source_tree import files_digest, read_worktree
+from flows.webhook.catchup import PassUnavailable, request_pass
 from flows.webhook.events import MergeEvent, ReceivedMerge, read_merge_events, wait_persisted
+from flows.webhook.settings import RelaySettings
 from flows.webhook.specs import HandoffTarget, index_specs
 from tests.webhook.deploy import (
     DEPLOYMENT,
@@ -44,7 +46,7 @@ from tests.webhook.deploy import (
     models_repository,
     remove_deployments,
 )
-from tests.webhook.servers import PrefectServer
+from tests.webhook.servers import PrefectServer, running_relay
 from tests.webhook.specrepo import SpecRepo, commit_files, git, make_spec_repo, spec_files
 
 SPECS = ("alpha", "beta", "gamma", "delta")
@@ -348,5 +350,39 @@ def test_a_process_that_starts_asks_for_one_pass(api: str) -> None:
     finally:
         with get_client(sync_client=True) as prefect:
             prefect.delete_deployment(deployment)
-    with pytest.raises(ReconcileError, match=r"deploy prefect\.yaml"):
+    with pytest.raises(PassUnavailable, match=r"deploy prefect\.yaml"):
         request_pass(api)
+
+
+def test_a_relay_started_with_reconcile_on_start_asks_for_one_pass(
+    api: str, settings: RelaySettings
+) -> None:
+    """Deliveries sent while the relay was down are not sent again: once serving, it asks
+    the reconciler to find them."""
+    with get_client(sync_client=True) as prefect:
+        flow_id = prefect.create_flow_from_name("handoff-reconcile")
+        deployment = prefect.create_deployment(flow_id=flow_id, name="reconcile")
+    try:
+        catching_up = settings.model_copy(update={"reconcile_on_start": True})
+        with running_relay(catching_up):
+            deadline = time.monotonic() + 30
+            while not _runs_of(deployment):
+                assert time.monotonic() < deadline, "no reconcile pass asked for"
+                time.sleep(0.2)
+        with running_relay(catching_up):  # a second start while that pass is pending
+            time.sleep(2.0)
+        assert len(_runs_of(deployment)) == 1
+    finally:
+        with get_client(sync_client=True) as prefect:
+            prefect.delete_deployment(deployment)
+
+
+def _runs_of(deployment: Any) -> list[Any]:
+    from prefect.client.schemas import filters
+
+    with get_client(sync_client=True) as prefect:
+        return prefect.read_flow_runs(
+            deployment_filter=filters.DeploymentFilter(
+                id=filters.DeploymentFilterId(any_=[deployment])
+            )
+        )
