@@ -25,6 +25,11 @@ app = typer.Typer(
 console = Console(stderr=True)
 
 
+def _env_path(name: str) -> Path | None:
+    value = os.environ.get(name)
+    return Path(value) if value else None
+
+
 def _default_state_dir() -> Path:
     base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
     return Path(base) / "handoff" / "webhook"
@@ -114,6 +119,15 @@ def serve(
             "(or cannot be asked): anyone who reaches it can then start handoffs.",
         ),
     ] = False,
+    event_key: Annotated[
+        Path | None,
+        typer.Option(
+            "--event-key",
+            help="Ed25519 private key (`handoff keygen`) that signs each merge event "
+            "(default: $HANDOFF_EVENT_KEY_FILE; none: unsigned). A worker given its public "
+            "key ($HANDOFF_EVENT_PUBLIC_KEY_FILE) refuses a merge commit nobody signed.",
+        ),
+    ] = None,
     reconcile_on_start: Annotated[
         bool,
         typer.Option(
@@ -169,6 +183,7 @@ def serve(
             clone_hosts=frozenset(h.lower() for h in clone_host or ()),
             repository=repository,
             insecure_prefect=insecure_prefect,
+            event_key_file=event_key or _env_path("HANDOFF_EVENT_KEY_FILE"),
             reconcile_on_start=reconcile_on_start,
             **limits,
         )
@@ -178,6 +193,19 @@ def serve(
             console.print(f"[red]{where}: {error['msg']}[/red]")
         raise typer.Exit(2) from None
     _require_prefect_auth(settings.prefect_api_url, insecure=insecure_prefect)
+    from flows.report.attest import SigningKeyError
+    from flows.webhook.event_signature import signing_key
+
+    try:
+        signed = signing_key(settings.event_key_file) is not None
+    except SigningKeyError as exc:
+        console.print(f"[red]--event-key: {exc}[/red]")
+        raise typer.Exit(2) from None
+    if not signed:
+        console.print(
+            "[yellow]merge events unsigned (no --event-key): a worker that checks them "
+            "($HANDOFF_EVENT_PUBLIC_KEY_FILE) refuses their commits[/yellow]"
+        )
     index = index_specs(settings.specs_dir, root)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)

@@ -17,6 +17,7 @@ import uuid
 from pathlib import Path
 
 from flows.source_tree import git
+from flows.webhook.event_signature import check_trigger
 
 _CLONE_TIMEOUT_S = 600.0
 log = logging.getLogger("prefect.handoff.checkout")
@@ -32,7 +33,12 @@ def run_commit() -> str | None:
     with get_client(sync_client=True) as client:
         parameters = client.read_flow_run(uuid.UUID(run_id)).parameters
     trigger = parameters.get("trigger") or {}
-    commit = trigger.get("merge_commit") if isinstance(trigger, dict) else None
+    if not isinstance(trigger, dict):
+        return None
+    # Before anything is cloned: the commit's own code must never run unless the relay
+    # sent it (this step runs from the worker's environment).
+    check_trigger(str(parameters.get("spec_file") or ""), trigger)
+    commit = trigger.get("merge_commit")
     return str(commit) if commit else None
 
 

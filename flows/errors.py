@@ -50,6 +50,8 @@ another parent.
         ├── BakeBreached               (bake) the candidate breached the bake's SLOs
         ├── WrongCommit                (source_tree) a merge's run found another commit's tree
         ├── SigningKeyError            (report.attest) a signing or verification key is unusable
+        ├── UnsignedTrigger            (webhook.event_signature) a commit the relay did not sign
+        ├── PoolTemplateError          (workpool) the work pool template cannot be rendered as asked
         └── ServiceGone                (drift) the Service was deleted during the handoff
 
 Where a TransientError is retried, and nowhere else: a request to the API server or the

@@ -34,6 +34,7 @@ from flows.tasks import (
     wait_for_image,
     warm_up,
 )
+from flows.webhook.event_signature import check_trigger
 from flows.webhook.specs import find_repo_root
 
 
@@ -61,6 +62,8 @@ def handoff(
     specs directory (flows/spec_paths.py); one started by hand reads the file named.
     A merge's run runs only from its merge commit (flows/source_tree.py), and the record
     names the commit and the files' digest that ran."""
+    # A merge commit only the relay may name (where the worker holds its public key).
+    check_trigger(spec_file, trigger.model_dump() if trigger else None)
     if is_merge(trigger) or deployment.id:
         try:
             spec_file = str(confine(spec_file, specs_dir()))

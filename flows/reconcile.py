@@ -35,6 +35,7 @@ from flows.report.prefect_runs import HANDOFF_FLOW, RUN_LIMIT
 from flows.source_tree import files_digest, git, read_commit, read_worktree
 from flows.spec_paths import specs_dir as default_specs_dir
 from flows.webhook.catchup import ACTIVE_STATES
+from flows.webhook.event_signature import signing_key
 from flows.webhook.events import (
     MergeEvent,
     ReceivedMerge,
@@ -324,7 +325,8 @@ def _emit(
         kind="reconcile",
         changed=sorted(target.paths),
     )
-    emit_events(api_url, [build_event(merge, occurred=dt.datetime.now(dt.UTC))])
+    event = build_event(merge, occurred=dt.datetime.now(dt.UTC), key=signing_key())
+    emit_events(api_url, [event])
 
 
 def api_url() -> str:

@@ -41,6 +41,7 @@ class Trigger(BaseModel):
     delivery_id: str | None = None
     merge_commit: str | None = None
     repository: str | None = None
+    signature: str | None = None  # the relay's (flows/webhook/event_signature.py)
 
 
 class HandoffRecord(BaseModel):

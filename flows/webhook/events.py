@@ -17,12 +17,15 @@ import uuid
 from typing import Any
 
 import httpx
-from pydantic import BaseModel
 
 # Imported with this module (it imports Prefect), not on the first emit: importing Prefect
 # takes seconds and holds the import lock, which would stall a relay's every thread in
 # mid-delivery.
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from pydantic import BaseModel
+
 from flows.prefect_access import auth_headers
+from flows.webhook.event_signature import sign_event
 
 MERGE_EVENT = "handoff.merge"
 PROBE_EVENT = "handoff.probe"
@@ -53,6 +56,7 @@ class MergeEvent(BaseModel):
     source: str  # the forge: forgejo, gitea, github
     kind: str  # push or pull_request
     changed: list[str]
+    signature: str = ""  # the relay's, over what a run takes from it (event_signature.py)
 
 
 class ReceivedMerge(BaseModel):
@@ -75,8 +79,13 @@ def service_key(namespace: str, service: str) -> str:
     return f"{namespace}/{service}"
 
 
-def build_event(merge: MergeEvent, *, occurred: dt.datetime) -> dict[str, Any]:
-    """The event as the Prefect API takes it (JSON-ready)."""
+def build_event(
+    merge: MergeEvent, *, occurred: dt.datetime, key: Ed25519PrivateKey | None = None
+) -> dict[str, Any]:
+    """The event as the Prefect API takes it (JSON-ready); signed with `key` if given."""
+    payload = merge.model_dump(mode="json")
+    if key is not None:
+        payload["signature"] = sign_event(payload, key)
     return {
         "id": str(merge_event_id(merge.delivery_id, merge.spec)),
         "occurred": occurred.isoformat(),
@@ -94,7 +103,7 @@ def build_event(merge: MergeEvent, *, occurred: dt.datetime) -> dict[str, Any]:
                 "prefect.resource.name": f"{merge.repository}@{merge.merge_commit[:12]}",
             }
         ],
-        "payload": merge.model_dump(mode="json"),
+        "payload": payload,
     }
 
 

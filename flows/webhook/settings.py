@@ -53,6 +53,7 @@ class RelaySettings(BaseModel):
     repository: str | None = None
     # emit to a Prefect API that takes requests without authentication
     insecure_prefect: bool = False
+    event_key_file: Path | None = None  # signs the merge events (event_signature.py)
     reconcile_on_start: bool = False  # ask for one reconcile pass once serving (catchup.py)
     git_timeout_s: float = 60.0
     """Seconds for all the git work of a delivery."""

@@ -26,6 +26,7 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from flows.webhook.deliveries import DeliveryStore, Queued
+from flows.webhook.event_signature import signing_key
 from flows.webhook.events import MergeEvent, PrefectApiError, build_event, emit_events
 from flows.webhook.gitcmd import clip
 from flows.webhook.mirror import (
@@ -65,6 +66,7 @@ class Worker:
 
     def __init__(self, settings: RelaySettings, store: DeliveryStore, upstream: Upstream) -> None:
         self.settings, self.store, self.upstream = settings, store, upstream
+        self.event_key = signing_key(settings.event_key_file)  # None: events unsigned
         self._busy: set[str] = set()
         self._lock = threading.Lock()
         self._wake = threading.Event()
@@ -150,7 +152,7 @@ class Worker:
         now = dt.datetime.now(dt.UTC)
         wanted = {
             f"{t.name}@{merge.merge_commit}": build_event(
-                _merge_event(t, merge, queued.id, changed), occurred=now
+                _merge_event(t, merge, queued.id, changed), occurred=now, key=self.event_key
             )
             for t in targets
         }

@@ -1,0 +1,120 @@
+"""Merge events the relay signs: a worker holding the relay's public key refuses a run
+whose trigger names a merge commit without the relay's signature (a Prefect user posting
+their own event or starting their own run), before the commit is cloned (the pull step)
+and when the flow starts; the relay's events verify."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prefect import get_client
+from prefect.settings import PREFECT_API_URL, temporary_settings
+
+from flows import checkout
+from flows.handoff import handoff
+from flows.report.attest import keygen, load_private_key
+from flows.webhook.event_signature import (
+    PUBLIC_KEY_ENV,
+    UnsignedTrigger,
+    check_trigger,
+    sign_event,
+)
+from flows.webhook.events import read_merge_events, wait_persisted
+from flows.webhook.settings import RelaySettings
+from tests.webhook.conftest import SECRET
+from tests.webhook.payloads import deliver, outcome_of
+from tests.webhook.servers import PrefectServer, running_relay
+from tests.webhook.specrepo import SpecRepo
+from tests.webhook.test_relay import ALPHA_MANIFEST, pushed
+
+SPEC_FILE = "manifests/handoffs/alpha.yaml"
+
+
+@pytest.fixture
+def relay_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The relay's key pair; the worker's side holds the public half."""
+    private = tmp_path / "relay.key"
+    public = keygen(private)
+    monkeypatch.setenv(PUBLIC_KEY_ENV, str(public))
+    return private
+
+
+def _trigger(**fields: Any) -> dict[str, Any]:
+    return {
+        "source": "forgejo",
+        "delivery_id": "d-1",
+        "merge_commit": "1" * 40,
+        "repository": "riotpiao-poimen/models",
+        **fields,
+    }
+
+
+def test_the_relays_events_verify_and_a_changed_one_does_not(
+    relay_key: Path, settings: RelaySettings, prefect: PrefectServer, spec_repo: SpecRepo
+) -> None:
+    signing = settings.model_copy(update={"event_key_file": relay_key})
+    with running_relay(signing) as relay:
+        payload = pushed(spec_repo, {ALPHA_MANIFEST: "v: signed\n"})
+        assert outcome_of(relay, deliver(relay, payload, SECRET))["outcome"] == "emitted"
+    wait_persisted(prefect.api_url)
+    [event] = [
+        e.merge
+        for e in read_merge_events(
+            prefect.api_url, namespace=spec_repo.namespace, service=spec_repo.services["alpha"]
+        )
+        if e.merge.merge_commit == payload["after"]
+    ]
+    # What prefect.yaml's trigger hands the run: the spec file and these fields.
+    trigger = {k: getattr(event, k) for k in ("source", "delivery_id", "merge_commit")} | {
+        "repository": event.repository,
+        "signature": event.signature,
+    }
+    assert check_trigger(event.spec_file, trigger) == "signed"
+    with pytest.raises(UnsignedTrigger, match="does not verify"):
+        check_trigger(event.spec_file, trigger | {"merge_commit": "f" * 40})
+    with pytest.raises(UnsignedTrigger, match="does not verify"):
+        check_trigger("manifests/handoffs/beta.yaml", trigger)
+
+
+def test_a_trigger_without_the_relays_signature_is_refused(relay_key: Path) -> None:
+    with pytest.raises(UnsignedTrigger, match="no relay signature"):
+        check_trigger(SPEC_FILE, _trigger())
+    other = relay_key.parent / "other.key"
+    keygen(other)
+    forged = sign_event({**_trigger(), "spec_file": SPEC_FILE}, load_private_key(other))
+    with pytest.raises(UnsignedTrigger, match="does not verify"):
+        check_trigger(SPEC_FILE, _trigger(signature=forged))
+    # A run naming no commit hands off the branch's head: nothing to prove.
+    assert check_trigger(SPEC_FILE, _trigger(merge_commit=None)) == ""
+    assert check_trigger(SPEC_FILE, None) == ""
+
+
+def test_without_the_public_key_nothing_is_checked(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(PUBLIC_KEY_ENV, raising=False)
+    assert check_trigger(SPEC_FILE, _trigger()) == ""
+
+
+def test_a_forged_run_is_refused_before_its_commit_is_cloned_and_by_the_flow(
+    relay_key: Path, prefect: PrefectServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Prefect user creates a run with a trigger of their own: the pull step refuses it
+    before cloning; the flow refuses it before reading the spec."""
+    forged = _trigger(delivery_id=f"d-{uuid.uuid4().hex[:6]}")
+    with temporary_settings({PREFECT_API_URL: prefect.api_url}):
+        with get_client(sync_client=True) as client:
+            flow_id = client.create_flow_from_name("handoff")
+            deployment = client.create_deployment(flow_id, f"forged-{uuid.uuid4().hex[:6]}")
+            run = client.create_flow_run_from_deployment(
+                deployment, parameters={"spec_file": SPEC_FILE, "trigger": forged}
+            )
+        monkeypatch.setenv("PREFECT__FLOW_RUN_ID", str(run.id))
+        with pytest.raises(UnsignedTrigger, match="no relay signature"):
+            checkout.run_commit()
+        monkeypatch.delenv("PREFECT__FLOW_RUN_ID")
+        with pytest.raises(UnsignedTrigger, match="no relay signature"):
+            handoff(spec_file="/nonexistent/spec.yaml", trigger=forged)  # type: ignore[arg-type]
+        with get_client(sync_client=True) as client:
+            client.delete_deployment(deployment)
