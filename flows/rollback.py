@@ -389,7 +389,9 @@ def _undo_candidate(kube: Kube, spec: HandoffSpec, ledger: Ledger) -> None:
     """A twin is removed; a separate candidate goes back to its replica count (kept)."""
     name = candidate_name(spec, ledger.strategy)
     if is_twin(spec, ledger.strategy):
-        write.delete_deployment(kube, spec.namespace, name)
+        write.delete_deployment(
+            kube, spec.namespace, name, revision=(REVISION_LABEL, ledger.revision or "")
+        )
         return
     if spec.replaces_live:
         return  # the live Deployment itself was restored above

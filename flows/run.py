@@ -54,7 +54,9 @@ class HandoffRun:
         """Record that the handoff reached `phase` (no-op if it already had)."""
         if self.reached(phase) and not changes:
             return
-        self.ledger = save_ledger(self.kube, self.spec, self.ledger.to(phase, **changes))
+        self.ledger = save_ledger(
+            self.kube, self.spec, self.ledger.to(phase, **changes), since=self.ledger
+        )
 
     def limit(self, seconds: float) -> float:
         """A wait's deadline, cut to what is left of the declared outage (in place)."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 from flows.kube import write
 from flows.kube.objects import PodSnapshot, owned_by_deployment
 from flows.kube.wait import wait_pods, wait_rolled_out
-from flows.ledger import Phase
+from flows.ledger import REVISION_LABEL, Phase
 from flows.render import (
     compute_startup_allowance,
     render_candidate,
@@ -84,7 +84,12 @@ def _rewrite_live_and_remove_twin(run: HandoffRun) -> None:
     point_service(run, live_only_selector(run, target), came_from=[target])  # off the twin
     settle_data_plane()
     drain_workloads(run, [run.candidate_name])
-    write.delete_deployment(run.kube, spec.namespace, run.candidate_name)
+    write.delete_deployment(
+        run.kube,
+        spec.namespace,
+        run.candidate_name,
+        revision=(REVISION_LABEL, run.ledger.revision or ""),
+    )
     _wait_none_owned(run, run.candidate_name, manifest["spec"]["selector"]["matchLabels"])
 
 

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from flows.errors import PermanentError
+from flows.kube import read
 from flows.kube.client import FIELD_MANAGER, Conflict, Kube, NotFound, as_body, mapped
 from flows.kube.objects import ServiceSnapshot
 from retrypolicy.retry import Retry, with_retries
@@ -237,18 +238,52 @@ def apply_manifest(kube: Kube, body: dict[str, Any], *, dry_run: bool = False) -
         )
 
 
-def delete_deployment(kube: Kube, namespace: str, name: str, *, dry_run: bool = False) -> None:
-    """Delete a Deployment (its ReplicaSets and pods follow); absent is fine."""
-    try:
-        with mapped(f"delete Deployment {namespace}/{name}"):
-            kube.apps.delete_namespaced_deployment(
-                name,
-                namespace,
-                body=as_body({"propagationPolicy": "Background"}),
-                dry_run=_dry(kube, dry_run),
-            )
-    except NotFound:
-        pass
+def delete_deployment(
+    kube: Kube,
+    namespace: str,
+    name: str,
+    *,
+    revision: tuple[str, str] | None = None,
+    dry_run: bool = False,
+) -> None:
+    """Delete a Deployment (its ReplicaSets and pods follow); absent is fine.
+    revision: (label, value) its pod template must carry, the mark of the workload the
+    handoff made: a Deployment of that name that is not it (made again by a person since)
+    is left alone (WorkloadReplaced). The delete is preconditioned on the uid and
+    resourceVersion read, so one replaced or changed in between is never deleted."""
+
+    def attempt() -> None:
+        preconditions: dict[str, str] = {}
+        if revision is not None and not dry_run:
+            found = read.read_deployment(kube, namespace, name)
+            if found is None:
+                return
+            label, value = revision
+            if found.template_labels.get(label) != value:
+                raise WorkloadReplaced(
+                    f"Deployment {namespace}/{name}: expected the workload this handoff made "
+                    f"(pods labelled {label}={value}), found pods labelled "
+                    f"{label}={found.template_labels.get(label)!r}: someone made it again; "
+                    "it is left as it is. Delete it by hand if it should go"
+                )
+            preconditions = {"uid": found.uid, "resourceVersion": found.resource_version}
+        body: dict[str, Any] = {"propagationPolicy": "Background"}
+        if preconditions:
+            body["preconditions"] = preconditions
+        try:
+            with mapped(f"delete Deployment {namespace}/{name}"):
+                kube.apps.delete_namespaced_deployment(
+                    name, namespace, body=as_body(body), dry_run=_dry(kube, dry_run)
+                )
+        except NotFound:
+            pass
+
+    # A 409: changed since the read; read again and decide again.
+    _reread_on_conflict(attempt, f"delete Deployment {namespace}/{name}")
+
+
+class WorkloadReplaced(PermanentError):
+    """A Deployment of the name the handoff made is another workload now."""
 
 
 def update_service_annotations(
