@@ -26,6 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
+from prefect import flow, get_run_logger
 from pydantic import BaseModel
 
 from flows.kube import read
@@ -338,3 +339,13 @@ def api_url() -> str:
             "the reconciler reads handoff runs and merge events from Prefect: set PREFECT_API_URL"
         )
     return url
+
+
+@flow(name="handoff-reconcile", log_prints=True)
+def reconcile_flow(branch: str = "main", repository: str | None = None) -> list[Decision]:
+    """The scheduled pass (prefect.yaml's `reconcile`), in a fresh clone of the branch."""
+    decisions = reconcile(api_url=api_url(), branch=branch, repository=repository)
+    log = get_run_logger()
+    for d in decisions:
+        log.info("%s %s (%s): %s", d.action, d.spec, d.head[:12], d.reason)
+    return decisions

@@ -41,6 +41,12 @@ BEFORE = ("candle-vllm", "clef-serve", "reasoning-long")
 # Short, so a rerun soon takes over a killed run; long enough that a busy machine does
 # not starve the renewal (a run whose Lease lapses stops writing).
 LEASE_S = "15"
+# The flow waits this long after the API shows no route to a pod before it stops the pod
+# (flows/swap.py: 2 s, kube-proxy's 1 s min sync period and a margin). The sandbox's proxy
+# keeps kube-proxy's period, but on a 2-core machine running the suite on both cores its
+# watch and sync run late by more than that margin: the run gets the margin of a slower
+# node, set as a deployment would set it for its own cluster.
+PROXY_SYNC_S = "4"
 
 
 @pytest.fixture(scope="session")
@@ -70,6 +76,7 @@ def handoff_env(sandbox: SandboxState, world: World) -> dict[str, str]:
         "PREFECT_API_URL": sandbox.prefect_api_url or "",
         "IMAGE_POLL_INTERVAL_S": "1",
         "HANDOFF_LEASE_S": LEASE_S,
+        "HANDOFF_PROXY_SYNC_S": PROXY_SYNC_S,
         "DO_NOT_TRACK": "1",
         "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
     }

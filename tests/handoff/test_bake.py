@@ -19,12 +19,12 @@ import pytest
 
 from flows.kube.client import Kube
 from flows.ledger import history_entries, parse_ledger
-from flows.swap import PROXY_SYNC_S, settle_data_plane
+from sandbox.modelserver.surface import CANDLE_VLLM_OWNER
 from sandbox.proxy import address_of
 from sandbox.seed import CLIENT_API
 from sandbox.state import SandboxState
 from sandbox.traffic import ClientLoad
-from tests.world import run_handoff, service, spec_in
+from tests.world import PROXY_SYNC_S, run_handoff, service, spec_in
 
 pytestmark = pytest.mark.timeout(600)  # a whole handoff and its rollback, on a shared machine
 
@@ -32,7 +32,7 @@ OLD = {"app": "clef-serve"}
 BREACH_WITHIN_S = 10.0  # the fault on to the Service back on the old pods
 # After the Service is back: the proxies' sync, then the candidate's stop, whose server
 # closes each kept-alive connection after its next answer (its clients then reconnect).
-AFTER_RETURN_S = PROXY_SYNC_S + 5.0
+AFTER_RETURN_S = float(PROXY_SYNC_S) + 5.0
 
 
 def _bake_spec(sandbox: SandboxState, namespace: str, tmp_path: Path, duration_s: float) -> Path:
@@ -49,6 +49,19 @@ def _bake_spec(sandbox: SandboxState, namespace: str, tmp_path: Path, duration_s
 def _clients(sandbox: SandboxState, namespace: str) -> ClientLoad:
     url = "http://" + address_of(sandbox.run_dir, namespace, "clef-serve", 80)
     return ClientLoad(url, api=CLIENT_API["clef-serve"], streams=8)
+
+
+def _new_connections_reach_candle(sandbox: SandboxState, namespace: str) -> bool:
+    """Five fresh connections in a row through the Service answer as candle-vllm does."""
+    url = "http://" + address_of(sandbox.run_dir, namespace, "clef-serve", 80)
+    for _ in range(5):
+        try:
+            models = httpx.get(f"{url}/v1/models", timeout=5).json()["data"]
+        except (httpx.HTTPError, ValueError, KeyError):
+            return False
+        if models[0].get("owned_by") != CANDLE_VLLM_OWNER:
+            return False
+    return True
 
 
 def _pods(kube: Kube, namespace: str, app: str) -> dict[str, Any]:
@@ -98,10 +111,15 @@ def test_a_candidate_failing_in_the_bake_goes_back_to_the_warm_pods(
         return ledger is not None and ledger.phase == "scaled"
 
     _until("the scale-up", scaled, 240, thread)
-    # Once every proxy has applied the swap, clients that connect reach the candidate
+    # Once the proxy has applied the swap, clients that connect reach the candidate
     # (clients of before keep their connections to the old pods, which stay up): they
-    # are the ones its failures meet. Sooner, a proxy may still send them to the old pods.
-    settle_data_plane()
+    # are the ones its failures meet. Sooner, the proxy may still send them to the old pods.
+    _until(
+        "new connections reaching the candidate",
+        lambda: _new_connections_reach_candle(sandbox, seeded),
+        60,
+        thread,
+    )
     with _clients(sandbox, seeded) as load:
         time.sleep(1.0)
         _fail_every_third(sandbox, kube, seeded)

@@ -57,6 +57,9 @@ LIMITS = (
     *("--max-records", str(MAX_RECORDS), "--max-mirrors", "2"),
     *("--max-mirror-bytes", str(MAX_MIRROR_BYTES), "--clone-host", "127.0.0.1"),
     *("--repository", REPOSITORY, "--max-backoff", "2"),
+    # Every request comes from 127.0.0.1: the per-address share is the whole relay's here,
+    # so each request meets the parser, not the per-address limit (tests/webhook/test_bounds.py).
+    *("--max-peer-connections", "24", "--max-peer-buffered-bytes", str(BUFFERED)),
 )
 # the store holds at most MAX_RECORDS queued bodies besides the mirrors
 MAX_STATE_BYTES = MAX_MIRROR_BYTES + MAX_RECORDS * MAX_BODY + 2 * 1024 * 1024
