@@ -41,7 +41,8 @@ def save_ledger(
 
     def changes(annotations: dict[str, str]) -> dict[str, str | None]:
         on_cluster = parse_ledger(annotations)
-        if since is not None and _moved(on_cluster, since):
+        # Holding `stamped` is this very write, retried after its answer was lost.
+        if since is not None and _moved(on_cluster, since) and _moved(on_cluster, stamped):
             found = (
                 "no ledger"
                 if on_cluster is None

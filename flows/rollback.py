@@ -32,7 +32,12 @@ from flows.kube.wait import WaitTimedOut, wait_pods, wait_rolled_out
 from flows.lease import LeaseLost, ServiceLease
 from flows.ledger import REVISION_LABEL, TERMINAL, Ledger, Phase, WorkloadSnapshot
 from flows.ledger_store import read_ledger, save_ledger
-from flows.render import candidate_name, compute_startup_allowance, is_twin
+from flows.render import (
+    HANDOFF_ID_ANNOTATION,
+    candidate_name,
+    compute_startup_allowance,
+    is_twin,
+)
 from flows.report.record import announce
 from flows.spec import HandoffSpec
 from flows.swap import settle_data_plane
@@ -58,6 +63,7 @@ def rollback(
     cause: str,
     leave: Sequence[str] = (),
     drains: list[Drained] | None = None,
+    handoff_id: str | None = None,
 ) -> Ledger | None:
     """Restore the pre-handoff state; returns the final ledger, or None if none was found.
     The objects in `leave` (`Deployment NAME`, `Service NAME`: a person edited them
@@ -72,6 +78,8 @@ def rollback(
         ) from exc
     if ledger is None or ledger.phase in TERMINAL:
         return ledger
+    if handoff_id is not None and ledger.handoff_id != handoff_id:
+        return None  # another run holds the Service now: its ledger is not this run's to undo
     if not ledger.first_write_made:
         # Only the ledger was written: the Service and the workloads are as observed,
         # so nothing is restored and the end is one write.
@@ -179,7 +187,14 @@ def _restore_selector_then_candidate(
         _move_selector(kube, spec, ledger, pinned or ledger.snapshot.selector)
         settle_data_plane()  # the proxies leave the candidate before it stops
         if not spec.replaces_live:  # its generations end before it stops (flows/drain.py)
-            found = drain(kube, spec.namespace, spec.service, candidate_name(spec, ledger.strategy))
+            found = drain(
+                kube,
+                spec.namespace,
+                spec.service,
+                candidate_name(spec, ledger.strategy),
+                port=spec.candidate.port,
+                connections=spec.retire.drain_connections,
+            )
             if found is not None and drains is not None:
                 drains.append(found)
         _undo_candidate(kube, spec, ledger)
@@ -390,7 +405,7 @@ def _undo_candidate(kube: Kube, spec: HandoffSpec, ledger: Ledger) -> None:
     name = candidate_name(spec, ledger.strategy)
     if is_twin(spec, ledger.strategy):
         write.delete_deployment(
-            kube, spec.namespace, name, revision=(REVISION_LABEL, ledger.revision or "")
+            kube, spec.namespace, name, marked=(HANDOFF_ID_ANNOTATION, ledger.handoff_id)
         )
         return
     if spec.replaces_live:

@@ -14,8 +14,9 @@ from __future__ import annotations
 from flows.kube import write
 from flows.kube.objects import PodSnapshot, owned_by_deployment
 from flows.kube.wait import wait_pods, wait_rolled_out
-from flows.ledger import REVISION_LABEL, Phase
+from flows.ledger import Phase
 from flows.render import (
+    HANDOFF_ID_ANNOTATION,
     compute_startup_allowance,
     render_candidate,
 )
@@ -88,7 +89,7 @@ def _rewrite_live_and_remove_twin(run: HandoffRun) -> None:
         run.kube,
         spec.namespace,
         run.candidate_name,
-        revision=(REVISION_LABEL, run.ledger.revision or ""),
+        marked=(HANDOFF_ID_ANNOTATION, run.ledger.handoff_id),
     )
     _wait_none_owned(run, run.candidate_name, manifest["spec"]["selector"]["matchLabels"])
 

@@ -279,7 +279,14 @@ def roll_back(run: HandoffRun, cause: BaseException) -> None:
     if isinstance(cause, SelectorEdited):  # met at the write itself: left as it is
         leave = [f"Service {run.spec.service}"]
     try:
-        ledger = rollback.rollback(run.kube, run.spec, cause=text, leave=leave, drains=run.drains)
+        ledger = rollback.rollback(
+            run.kube,
+            run.spec,
+            cause=text,
+            leave=leave,
+            drains=run.drains,
+            handoff_id=run.ledger.handoff_id,
+        )
     except drift.ServiceGone as exc:
         gone = (
             cause
@@ -289,7 +296,7 @@ def roll_back(run: HandoffRun, cause: BaseException) -> None:
         for problem in rollback.restore_workloads(run.kube, run.spec, run.ledger, leave):
             log.error("restoring the Deployments without the Service: %s", problem)
         raise gone from exc
-    if ledger is not None:
+    if ledger is not None and ledger.handoff_id == run.ledger.handoff_id:
         run.ledger = ledger
     _end_outage(run)
     _tell_rollback(run, text)

@@ -24,7 +24,9 @@ from flows.errors import PermanentError
 TEMPLATE = (
     Path(__file__).resolve().parents[1] / "manifests" / "work-pool" / "handoff-kubernetes.json"
 )
-FIXED = ("image", "command", "service_account_name")
+# cluster_config: a Prefect block with another cluster's credentials; the Job uses the
+# worker's own (in-cluster) configuration.
+FIXED = ("image", "command", "service_account_name", "cluster_config")
 COMMAND = ["prefect", "flow-run", "execute"]
 PINNED = re.compile(r"^[^@\s]+@sha256:[0-9a-f]{64}$")
 

@@ -243,28 +243,28 @@ def delete_deployment(
     namespace: str,
     name: str,
     *,
-    revision: tuple[str, str] | None = None,
+    marked: tuple[str, str] | None = None,
     dry_run: bool = False,
 ) -> None:
     """Delete a Deployment (its ReplicaSets and pods follow); absent is fine.
-    revision: (label, value) its pod template must carry, the mark of the workload the
-    handoff made: a Deployment of that name that is not it (made again by a person since)
-    is left alone (WorkloadReplaced). The delete is preconditioned on the uid and
+    marked: (annotation, value) it must carry, the mark of the handoff that made it: a
+    Deployment of that name that is not it (made again by a person since) is left alone
+    (WorkloadReplaced). The delete is preconditioned on the uid and
     resourceVersion read, so one replaced or changed in between is never deleted."""
 
     def attempt() -> None:
         preconditions: dict[str, str] = {}
-        if revision is not None and not dry_run:
+        if marked is not None and not dry_run:
             found = read.read_deployment(kube, namespace, name)
             if found is None:
                 return
-            label, value = revision
-            if found.template_labels.get(label) != value:
+            key, value = marked
+            if found.annotations.get(key) != value:
                 raise WorkloadReplaced(
                     f"Deployment {namespace}/{name}: expected the workload this handoff made "
-                    f"(pods labelled {label}={value}), found pods labelled "
-                    f"{label}={found.template_labels.get(label)!r}: someone made it again; "
-                    "it is left as it is. Delete it by hand if it should go"
+                    f"(annotation {key}={value}), found {key}="
+                    f"{found.annotations.get(key)!r}: someone made it again; it is left as "
+                    "it is. Delete it by hand if it should go"
                 )
             preconditions = {"uid": found.uid, "resourceVersion": found.resource_version}
         body: dict[str, Any] = {"propagationPolicy": "Background"}

@@ -1,5 +1,6 @@
-"""A twin is deleted only while it is the workload the handoff made: a Deployment of its
-name made again since (another template) is left alone, with what to do named."""
+"""A twin is deleted only while it is the workload the handoff made (its handoff.dev/id
+annotation): a Deployment of its name made again since is left alone, with what to do
+named."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import pytest
 
 from flows.kube import write
 from flows.kube.client import Kube
-from flows.ledger import REVISION_LABEL
+from flows.render import HANDOFF_ID_ANNOTATION
 from tests.lease.test_lease import admin, ns, plane
 
 __all__ = ["admin", "ns", "plane"]  # the control plane fixtures, shared
@@ -15,12 +16,13 @@ pytestmark = pytest.mark.timeout(300)
 TWIN = "serve-handoff"
 
 
-def _twin(admin: Kube, ns: str, revision: str) -> None:
-    labels = {"app": "serve", REVISION_LABEL: revision}
+def _twin(admin: Kube, ns: str, handoff_id: str | None) -> None:
+    labels = {"app": "serve"}
+    annotations = {HANDOFF_ID_ANNOTATION: handoff_id} if handoff_id else {}
     admin.apps.create_namespaced_deployment(
         ns,
         {
-            "metadata": {"name": TWIN},
+            "metadata": {"name": TWIN, "annotations": annotations},
             "spec": {
                 "replicas": 0,
                 "selector": {"matchLabels": labels},
@@ -38,15 +40,15 @@ def _exists(admin: Kube, ns: str) -> bool:
 
 
 def test_a_twin_made_again_by_someone_is_not_deleted(admin: Kube, ns: str) -> None:
-    _twin(admin, ns, revision="theirs")
+    _twin(admin, ns, handoff_id=None)  # made by a person
     with pytest.raises(write.WorkloadReplaced, match="someone made it again"):
-        write.delete_deployment(admin, ns, TWIN, revision=(REVISION_LABEL, "ours"))
+        write.delete_deployment(admin, ns, TWIN, marked=(HANDOFF_ID_ANNOTATION, "run-a"))
     assert _exists(admin, ns)
 
 
 def test_the_handoffs_own_twin_is_deleted_and_a_missing_one_is_fine(admin: Kube, ns: str) -> None:
-    _twin(admin, ns, revision="ours")
-    write.delete_deployment(admin, ns, TWIN, revision=(REVISION_LABEL, "ours"))
-    write.delete_deployment(admin, ns, TWIN, revision=(REVISION_LABEL, "ours"))  # gone: fine
+    _twin(admin, ns, handoff_id="run-a")
+    write.delete_deployment(admin, ns, TWIN, marked=(HANDOFF_ID_ANNOTATION, "run-a"))
+    write.delete_deployment(admin, ns, TWIN, marked=(HANDOFF_ID_ANNOTATION, "run-a"))  # gone: fine
     deployment = admin.apps.list_namespaced_deployment(ns).items
     assert all(d.metadata.deletion_timestamp or d.metadata.name != TWIN for d in deployment)
