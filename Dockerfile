@@ -5,8 +5,9 @@
 #   docker push registry.example/org/handoff:main
 #
 # The Prefect Kubernetes worker gives the Job's container the args
-# `prefect flow-run execute` and no command, so the image has no ENTRYPOINT; the
-# deployment's pull step changes to the project's directory, /opt/handoff.
+# `prefect flow-run execute` and no command, so the image has no ENTRYPOINT. The
+# image holds the locked dependencies and the pull step's code: the deployment's pull
+# step clones each run's merge commit under /tmp and runs that (prefect.yaml).
 FROM python:3.11-slim-bookworm
 
 # The sandbox's kubelet runs a container of an image with this label as a local process

@@ -20,6 +20,8 @@ from flows.source_tree import git
 from flows.webhook.event_signature import check_trigger
 
 _CLONE_TIMEOUT_S = 600.0
+# The project this step runs from: the flow image's /opt/handoff, the worker's checkout.
+RUNNER_ROOT = Path(__file__).resolve().parents[1]
 log = logging.getLogger("prefect.handoff.checkout")
 
 
@@ -77,12 +79,32 @@ def clone_at(repository: str, *, branch: str, commit: str | None, into: Path) ->
         git(into, "checkout", "--quiet", "--detach", f"origin/{branch}")
     ran = git(into, "rev-parse", "HEAD") or "unknown"
     log.info("checked out %s of %s (wanted %s)", ran, repository, commit or f"{branch}'s head")
+    _say_if_locked_otherwise(into)
     return ran
 
 
-def clone_run_commit(repository: str, branch: str = "main") -> dict[str, str]:
-    """prefect.yaml's pull step: `directory` is where the flow run then runs."""
+def _say_if_locked_otherwise(into: Path) -> None:
+    """The clone's code runs with the runner's installed dependencies (the flow image's,
+    the process worker's environment): a merge that changed uv.lock runs with the old."""
+    mine, theirs = RUNNER_ROOT / "uv.lock", into / "uv.lock"
+    if not (mine.is_file() and theirs.is_file()) or mine.read_bytes() == theirs.read_bytes():
+        return
+    log.warning(
+        "%s differs from %s, the lock of the dependencies this run has installed: the "
+        "merge's code runs with the runner's dependencies; rebuild the flow image (or "
+        "`uv sync --frozen` the process worker's environment) from this commit",
+        theirs,
+        mine,
+    )
+
+
+def clone_run_commit(
+    repository: str, branch: str = "main", parent: str | None = None
+) -> dict[str, str]:
+    """prefect.yaml's pull step: `directory` is where the flow run then runs. The clone
+    goes under `parent`, else the working directory (the flow image's is read-only)."""
     commit = run_commit()
-    into = Path.cwd() / f"handoff-{(commit or branch)[:12]}-{uuid.uuid4().hex[:6]}"
+    base = Path(parent) if parent else Path.cwd()
+    into = base / f"handoff-{(commit or branch)[:12]}-{uuid.uuid4().hex[:6]}"
     clone_at(repository, branch=branch, commit=commit, into=into)
     return {"directory": str(into)}

@@ -9,6 +9,7 @@ import fnmatch
 import re
 import shlex
 import tomllib
+from pathlib import Path
 
 import yaml
 
@@ -59,8 +60,11 @@ def test_its_python_is_the_projects() -> None:
 def test_it_runs_where_the_kubernetes_deployment_expects() -> None:
     deployment = _kubernetes_deployment()
     (step,) = deployment["pull"]
-    directory = step["prefect.deployments.steps.set_working_directory"]["directory"]
-    assert flowimage.labels()[flowimage.ROOT_LABEL] == _all("WORKDIR")[-1] == directory
+    # Each run clones its merge commit outside the image's own (read-only) project.
+    clone = step["flows.checkout.clone_run_commit"]
+    root = _all("WORKDIR")[-1]
+    assert flowimage.labels()[flowimage.ROOT_LABEL] == root
+    assert not Path(clone["parent"]).is_relative_to(root), clone
     assert "/opt/handoff/.venv/bin" in _all("ENV")[-1]
     # The worker gives the container args and no command: no ENTRYPOINT may eat them.
     assert not _all("ENTRYPOINT")

@@ -146,6 +146,39 @@ def test_the_pull_step_checks_out_the_commit_its_run_names(
     assert git(plain, "rev-parse", "HEAD").strip() == head
 
 
+def test_the_pull_step_clones_under_the_directory_it_is_given(
+    remote: tuple[Path, str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The flow image's working directory is read-only: its deployment clones elsewhere."""
+    bare, _, head = remote
+    readonly, scratch = tmp_path / "image", tmp_path / "scratch"
+    readonly.mkdir()
+    scratch.mkdir()
+    readonly.chmod(0o555)
+    monkeypatch.chdir(readonly)
+    monkeypatch.delenv("PREFECT__FLOW_RUN_ID", raising=False)
+    cloned = Path(clone_run_commit(str(bare), parent=str(scratch))["directory"])
+    assert cloned.parent == scratch and not list(readonly.iterdir())
+    assert git(cloned, "rev-parse", "HEAD").strip() == head
+
+
+def test_a_merge_locked_to_other_dependencies_than_the_runner_s_says_so(
+    remote: tuple[Path, str, str], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    bare, _, _ = remote
+    work = tmp_path / "work"
+    git(tmp_path, "clone", "-q", str(bare), str(work))
+    (work / "uv.lock").write_text("version = 1\n# another lock\n")
+    git(work, "add", "uv.lock")
+    git(work, "-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-qm", "lock")
+    git(work, "push", "-q", "origin", "HEAD:main")
+    with caplog.at_level(logging.WARNING, logger="prefect.handoff.checkout"):
+        into = tmp_path / "clone"
+        clone_at(str(bare), branch="main", commit=None, into=into)
+    said = [r.getMessage() for r in caplog.records if "uv.lock" in r.getMessage()]
+    assert said and str(into / "uv.lock") in said[0] and "rebuild" in said[0], said
+
+
 def test_an_unknown_commit_leaves_the_branch_head_and_says_so(
     remote: tuple[Path, str, str], tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
