@@ -29,6 +29,7 @@ from pydantic import BaseModel
 from flows.errors import TransientError
 from flows.report.record import Trigger
 from flows.spec import HandoffSpec, load_spec
+from flows.webhook.event_signature import public_key_file, verifies
 from flows.webhook.events import (
     SERVICE_LABEL,
     PrefectApiError,
@@ -79,14 +80,29 @@ def ensure_newest(
             f"cannot tell whether merge {trigger.merge_commit} is the newest for Service "
             f"{service_key(spec.namespace, spec.service)}: {exc}; rerun when Prefect answers"
         ) from exc
-    check = compute_newest(merge_event_id(trigger.delivery_id, spec.name), merges)
+    ours = merge_event_id(trigger.delivery_id, spec.name)
+    check = compute_newest(ours, merges, public=public_key_file())
     if or_raise and not check.newest:
         raise Superseded(check.reason)
     return check
 
 
-def compute_newest(ours_id: uuid.UUID, merges: list[ReceivedMerge]) -> NewestCheck:
-    """Pure: is the merge event ours_id the newest merge among merges (one Service)?"""
+def compute_newest(
+    ours_id: uuid.UUID, merges: list[ReceivedMerge], *, public: Path | None = None
+) -> NewestCheck:
+    """Is the merge event ours_id the newest merge among merges (one Service)? With the
+    relay's public key, only the merges it signed count."""
+    ignored = ""
+    if public is not None:
+        signed = [m for m in merges if verifies(m.merge.model_dump(), m.merge.signature, public)]
+        if len(signed) < len(merges):
+            ignored = f" ({len(merges) - len(signed)} merge events not signed by the relay ignored)"
+        merges = signed
+    check = _newest(ours_id, merges)
+    return check.model_copy(update={"reason": check.reason + ignored})
+
+
+def _newest(ours_id: uuid.UUID, merges: list[ReceivedMerge]) -> NewestCheck:
     ours = next((m for m in merges if m.id == ours_id), None)
     if ours is None:
         return NewestCheck(

@@ -41,6 +41,7 @@ class Trigger(BaseModel):
     delivery_id: str | None = None
     merge_commit: str | None = None
     repository: str | None = None
+    merged_at: str | None = None  # the forge's merge time, as the event carries it
     signature: str | None = None  # the relay's (flows/webhook/event_signature.py)
 
 

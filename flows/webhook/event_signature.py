@@ -3,19 +3,23 @@
 Anyone with the Prefect credentials can post a `handoff.merge` event, or start a run of
 the deployment with a trigger of their own, naming any commit the repository holds. With
 a key pair (`handoff keygen`), the relay (and the reconciler) sign what a run takes from
-the event (the spec file and the trigger's source, delivery, merge commit and repository)
-with the private key ($HANDOFF_EVENT_KEY_FILE, or the relay's --event-key); the flow's
-side ($HANDOFF_EVENT_PUBLIC_KEY_FILE, set on the worker) refuses a trigger that names a
-merge commit without a signature of that key, before the commit is cloned (the process
-deployment's pull step, flows/checkout.py, runs in the worker's environment, not the
-commit's) and again when the flow starts (the Kubernetes deployment's image holds the
-tree). Runs that name no commit hand off the branch's head and need none.
+the event (the spec file and the trigger's source, delivery, merge commit, repository
+and merge time, which orders merges) with the private key ($HANDOFF_EVENT_KEY_FILE, or
+the relay's --event-key); the flow's side ($HANDOFF_EVENT_PUBLIC_KEY_FILE, set on the
+worker) refuses a trigger that names a merge commit without a signature of that key,
+before the commit is cloned (the deployments' pull step, flows/checkout.py, runs in the
+worker's environment or the flow image, not the commit's) and again when the flow
+starts. Runs that name no commit hand off the
+branch's head and need none. The newest check (flows/newest.py) counts only merge events
+that verify, so an event of a Prefect user's own, dated later, cannot supersede the
+relay's merge.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import datetime as dt
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -27,8 +31,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from flows.errors import PermanentError
 from flows.report.attest import canonical, load_private_key, load_public_key, pae
 
-DOMAIN = "handoff-merge-event-v1"
-SIGNED = ("spec_file", "source", "delivery_id", "merge_commit", "repository")
+DOMAIN = "handoff-merge-event-v2"
+SIGNED = ("spec_file", "source", "delivery_id", "merge_commit", "repository", "merged_at")
 KEY_ENV = "HANDOFF_EVENT_KEY_FILE"
 PUBLIC_KEY_ENV = "HANDOFF_EVENT_PUBLIC_KEY_FILE"
 
@@ -38,7 +42,33 @@ class UnsignedTrigger(PermanentError):
 
 
 def _message(values: Mapping[str, Any]) -> bytes:
-    return pae(DOMAIN, canonical({k: (values.get(k) or None) for k in SIGNED}))
+    signed = {k: (values.get(k) or None) for k in SIGNED}
+    signed["merged_at"] = _instant(signed["merged_at"])
+    return pae(DOMAIN, canonical(signed))
+
+
+def _instant(value: object) -> str | None:
+    """One text per instant, whether it comes as the payload's JSON, a datetime, or the
+    trigger's rendering of it (which writes a missing time as "None"); ValueError else."""
+    if value is None or value == "None":
+        return None
+    at = value if isinstance(value, dt.datetime) else dt.datetime.fromisoformat(str(value))
+    return (at.astimezone(dt.UTC) if at.tzinfo else at).isoformat()
+
+
+def verifies(values: Mapping[str, Any], signature: str, public: Path) -> bool:
+    """Whether `signature` is the key's over `values` (a merge event's payload)."""
+    try:
+        load_public_key(public).verify(base64.b64decode(signature, validate=True), _message(values))
+    except (InvalidSignature, binascii.Error, ValueError):
+        return False
+    return True
+
+
+def public_key_file() -> Path | None:
+    """The relay's public key the flow's side checks with, if one is configured."""
+    where = os.environ.get(PUBLIC_KEY_ENV)
+    return Path(where) if where else None
 
 
 def sign_event(values: Mapping[str, Any], key: Ed25519PrivateKey) -> str:
@@ -55,7 +85,7 @@ def signing_key(path: Path | None = None) -> Ed25519PrivateKey | None:
 def check_trigger(spec_file: str, trigger: Mapping[str, Any] | None) -> str:
     """'' when nothing is to be checked (no key configured, or no merge commit named),
     'signed' when the relay's signature verifies; UnsignedTrigger otherwise."""
-    where = os.environ.get(PUBLIC_KEY_ENV)
+    where = public_key_file()
     if not where or not trigger or not trigger.get("merge_commit"):
         return ""
     values = {**trigger, "spec_file": spec_file}
@@ -70,13 +100,9 @@ def check_trigger(spec_file: str, trigger: Mapping[str, Any] | None) -> str:
             "the relay's merge events may name a commit. Start a run by hand without a "
             "merge commit (`handoff run`) to hand off the branch's head"
         )
-    try:
-        load_public_key(Path(where)).verify(
-            base64.b64decode(signature, validate=True), _message(values)
-        )
-    except (InvalidSignature, binascii.Error, ValueError) as exc:
+    if not verifies(values, signature, where):
         raise UnsignedTrigger(
-            f"{about}: its signature does not verify with {where} ({type(exc).__name__}): "
-            "the event was not sent by the relay, or was changed after it signed"
-        ) from None
+            f"{about}: its signature does not verify with {where}: the event was not sent "
+            "by the relay, or was changed after it signed"
+        )
     return "signed"

@@ -5,6 +5,7 @@ and when the flow starts; the relay's events verify."""
 
 from __future__ import annotations
 
+import datetime as dt
 import uuid
 from pathlib import Path
 from typing import Any
@@ -15,14 +16,16 @@ from prefect.settings import PREFECT_API_URL, temporary_settings
 
 from flows import checkout
 from flows.handoff import handoff
+from flows.newest import compute_newest
 from flows.report.attest import keygen, load_private_key
 from flows.webhook.event_signature import (
     PUBLIC_KEY_ENV,
     UnsignedTrigger,
     check_trigger,
+    public_key_file,
     sign_event,
 )
-from flows.webhook.events import read_merge_events, wait_persisted
+from flows.webhook.events import build_event, emit_events, read_merge_events, wait_persisted
 from flows.webhook.settings import RelaySettings
 from tests.webhook.conftest import SECRET
 from tests.webhook.payloads import deliver, outcome_of
@@ -71,10 +74,17 @@ def test_the_relays_events_verify_and_a_changed_one_does_not(
     trigger = {k: getattr(event, k) for k in ("source", "delivery_id", "merge_commit")} | {
         "repository": event.repository,
         "signature": event.signature,
+        # As the trigger's template renders it: the payload's text.
+        "merged_at": event.model_dump(mode="json")["merged_at"],
     }
+    assert event.merged_at is not None
     assert check_trigger(event.spec_file, trigger) == "signed"
     with pytest.raises(UnsignedTrigger, match="does not verify"):
         check_trigger(event.spec_file, trigger | {"merge_commit": "f" * 40})
+    # The merge time orders merges (flows/newest.py): a replayed event made newer fails.
+    later = (event.merged_at + dt.timedelta(days=1)).isoformat()
+    with pytest.raises(UnsignedTrigger, match="does not verify"):
+        check_trigger(event.spec_file, trigger | {"merged_at": later})
     with pytest.raises(UnsignedTrigger, match="does not verify"):
         check_trigger("manifests/handoffs/beta.yaml", trigger)
 
@@ -90,6 +100,53 @@ def test_a_trigger_without_the_relays_signature_is_refused(relay_key: Path) -> N
     # A run naming no commit hands off the branch's head: nothing to prove.
     assert check_trigger(SPEC_FILE, _trigger(merge_commit=None)) == ""
     assert check_trigger(SPEC_FILE, None) == ""
+
+
+def test_a_merge_without_a_time_verifies_as_the_trigger_renders_it(relay_key: Path) -> None:
+    """A payload's null merge time reaches the run as the text "None"."""
+    values = {**_trigger(), "spec_file": SPEC_FILE, "merged_at": None}
+    signature = sign_event(values, load_private_key(relay_key))
+    assert check_trigger(SPEC_FILE, _trigger(signature=signature, merged_at="None")) == "signed"
+
+
+def test_the_newest_check_counts_only_the_relays_merges(
+    relay_key: Path, settings: RelaySettings, prefect: PrefectServer, spec_repo: SpecRepo
+) -> None:
+    """A Prefect user's own merge event for the Service, unsigned or signed with another
+    key and dated later, does not supersede the relay's merge."""
+    signing = settings.model_copy(update={"event_key_file": relay_key})
+    with running_relay(signing) as relay:
+        payload = pushed(spec_repo, {ALPHA_MANIFEST: "v: newest\n"})
+        assert outcome_of(relay, deliver(relay, payload, SECRET))["outcome"] == "emitted"
+    service = spec_repo.services["alpha"]
+    wait_persisted(prefect.api_url)
+    [real] = [
+        m
+        for m in read_merge_events(prefect.api_url, namespace=spec_repo.namespace, service=service)
+        if m.merge.merge_commit == payload["after"]
+    ]
+    other = relay_key.parent / "other.key"
+    keygen(other)
+    forged = []
+    for n, key in enumerate((None, load_private_key(other))):
+        merge = real.merge.model_copy(
+            update={
+                "delivery_id": f"forged-{n}-{uuid.uuid4().hex[:6]}",
+                "merge_commit": f"{n + 2}" * 40,
+                "merged_at": dt.datetime.now(dt.UTC) + dt.timedelta(hours=1),
+                "signature": "",
+            }
+        )
+        forged.append(merge.merge_commit)
+        emit_events(
+            prefect.api_url, [build_event(merge, occurred=dt.datetime.now(dt.UTC), key=key)]
+        )
+    wait_persisted(prefect.api_url)
+    merges = read_merge_events(prefect.api_url, namespace=spec_repo.namespace, service=service)
+    assert set(forged) <= {m.merge.merge_commit for m in merges}
+    check = compute_newest(real.id, merges, public=public_key_file())
+    assert check.newest, check.reason
+    assert "2 merge events not signed by the relay" in check.reason, check.reason
 
 
 def test_without_the_public_key_nothing_is_checked(monkeypatch: pytest.MonkeyPatch) -> None:
