@@ -35,6 +35,9 @@ DOMAIN = "handoff-merge-event-v2"
 SIGNED = ("spec_file", "source", "delivery_id", "merge_commit", "repository", "merged_at")
 KEY_ENV = "HANDOFF_EVENT_KEY_FILE"
 PUBLIC_KEY_ENV = "HANDOFF_EVENT_PUBLIC_KEY_FILE"
+# Where a worker host keeps the key, and the Kubernetes pool's template mounts the
+# ConfigMap handoff-merge-event-key: a path no job variable can change.
+FIXED_PUBLIC_KEY = Path("/etc/handoff/merge-event/key.pub")
 
 
 class UnsignedTrigger(PermanentError):
@@ -66,7 +69,11 @@ def verifies(values: Mapping[str, Any], signature: str, public: Path) -> bool:
 
 
 def public_key_file() -> Path | None:
-    """The relay's public key the flow's side checks with, if one is configured."""
+    """The relay's public key the flow's side checks with, if one is configured: the file
+    at FIXED_PUBLIC_KEY when it exists (a run's env cannot unset or redirect it), else
+    $HANDOFF_EVENT_PUBLIC_KEY_FILE."""
+    if FIXED_PUBLIC_KEY.is_file():
+        return FIXED_PUBLIC_KEY
     where = os.environ.get(PUBLIC_KEY_ENV)
     return Path(where) if where else None
 

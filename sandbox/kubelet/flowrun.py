@@ -116,9 +116,13 @@ def _project(ctx: NodeContext, pod: PodRef, volume: V1Volume, pod_dir: Path) -> 
                 "configMap and emptyDir volumes"
             )
     except ApiException as exc:
-        raise ContainerConfigError(
-            f"MountVolume.SetUp failed for volume {volume.name!r}: {exc.status} {exc.reason}"
-        ) from exc
+        source = volume.secret or volume.config_map
+        if exc.status == 404 and source is not None and source.optional:
+            files = {}  # as a kubelet mounts an optional source that is missing: empty
+        else:
+            raise ContainerConfigError(
+                f"MountVolume.SetUp failed for volume {volume.name!r}: {exc.status} {exc.reason}"
+            ) from exc
     for key, data in files.items():
         path = target / key
         path.write_bytes(data)

@@ -18,6 +18,7 @@ from flows import checkout
 from flows.handoff import handoff
 from flows.newest import compute_newest
 from flows.report.attest import keygen, load_private_key
+from flows.webhook import event_signature
 from flows.webhook.event_signature import (
     PUBLIC_KEY_ENV,
     UnsignedTrigger,
@@ -147,6 +148,26 @@ def test_the_newest_check_counts_only_the_relays_merges(
     check = compute_newest(real.id, merges, public=public_key_file())
     assert check.newest, check.reason
     assert "2 merge events not signed by the relay" in check.reason, check.reason
+
+
+def test_the_hosts_fixed_key_holds_whatever_a_runs_env_says(
+    relay_key: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run's job variables set its env: with the key at the host's fixed path, an env
+    that unsets or redirects $HANDOFF_EVENT_PUBLIC_KEY_FILE checks all the same."""
+    fixed = tmp_path / "etc" / "key.pub"
+    monkeypatch.setattr(event_signature, "FIXED_PUBLIC_KEY", fixed)
+    monkeypatch.delenv(PUBLIC_KEY_ENV)
+    assert check_trigger(SPEC_FILE, _trigger()) == ""  # no key anywhere: nothing to check
+    fixed.parent.mkdir()
+    fixed.write_bytes(relay_key.with_suffix(".pub").read_bytes())
+    with pytest.raises(UnsignedTrigger, match="no relay signature"):
+        check_trigger(SPEC_FILE, _trigger())
+    mine = tmp_path / "mine.key"
+    monkeypatch.setenv(PUBLIC_KEY_ENV, str(keygen(mine)))
+    signed_by_me = sign_event({**_trigger(), "spec_file": SPEC_FILE}, load_private_key(mine))
+    with pytest.raises(UnsignedTrigger, match=f"does not verify with {fixed}"):
+        check_trigger(SPEC_FILE, _trigger(signature=signed_by_me))
 
 
 def test_without_the_public_key_nothing_is_checked(monkeypatch: pytest.MonkeyPatch) -> None:
