@@ -42,6 +42,7 @@ class HandoffRun:
     notifier: Notifier | None = None  # the spec's notify.block
     spans: list[StepSpan] = field(default_factory=list)  # each step's start and length
     ready: ReadyEndpoints | None = None  # the Service's ready endpoints, sampled
+    workloads: dict[str, str] = field(default_factory=dict)  # whose they are: role, Deployment
     bake: BakeReport | None = None  # what the bake watched and decided (None: no bake)
     # Signals held back while the ledger was first written, delivered as the steps begin.
     cancelled: list[int] = field(default_factory=list)
@@ -61,6 +62,11 @@ class HandoffRun:
     def limit(self, seconds: float) -> float:
         """A wait's deadline, cut to what is left of the declared outage (in place)."""
         return self.outage.limit(seconds) if self.outage else seconds
+
+    def recorded_replicas(self, name: str) -> set[int]:
+        """A live Deployment's count before the first write: the one its scale-down
+        decides from (any other is someone else's)."""
+        return {w.replicas for w in self.ledger.snapshot.workloads if w.name == name}
 
     @property
     def candidate_name(self) -> str:

@@ -18,17 +18,17 @@ from prefect.artifacts import (
 from prefect.runtime import flow_run
 
 from flows import signals
-from flows.kube import read
-from flows.kube.client import Kube, connect
+from flows.kube.client import connect
 from flows.lease import ServiceLease, read_holder
 from flows.ledger import Ledger, unfinished_in
 from flows.ledger_store import now_iso
 from flows.plan import make_plan
+from flows.ready_workloads import ReadyWorkloads, workload_names
 from flows.report.markdown import plan_markdown, record_markdown
 from flows.report.notify import load_notifier
 from flows.report.pictures import publish_timeline
 from flows.report.record import HandoffRecord, Trigger, record, recover
-from flows.report.timeline import ReadyEndpoints, Timeline
+from flows.report.timeline import ReadyEndpoints, Timeline, totals
 from flows.run import HandoffRun
 from flows.slots import service_slot
 from flows.source_tree import SourceTree
@@ -88,24 +88,25 @@ def begin(
                 create_progress_artifact(progress=0.0, description=f"handoff {spec.name}"),
             )
             run: HandoffRun | None = None
+
+            def revision() -> str | None:  # the ledger's, known once the run has one
+                return run.ledger.revision if run is not None else None
+
             try:
-                with ReadyEndpoints(lambda: _ready_count(kube, spec)) as ready:
+                with ReadyEndpoints(ReadyWorkloads(kube, spec, revision)) as ready:
                     # The ledger's write comes last, right before the steps: a failure or
                     # a cancellation from there on rolls back (flows/handoff.py), one
                     # that meets the write too, held back until the steps begin.
                     with signals.held() as cancelled:
                         run = start_or_resume(fenced, spec, plan, run_id=holder)
                     run.notifier, run.ready, run.cancelled = notifier, ready, cancelled
+                    run.workloads = workload_names(spec, plan)
                     run.on_progress = lambda pct: update_progress_artifact(progress, pct)
                     yield run
             finally:  # done, rolled back, failed or cancelled: the run is over either way
                 ended = run.ledger.phase if run is not None else "not started"
                 _complete(progress, f"handoff {spec.name}: {ended}")
     kube.close()
-
-
-def _ready_count(kube: Kube, spec: HandoffSpec) -> int:
-    return len(read.read_endpoints(kube, spec.namespace, spec.service).ready_pods)
 
 
 def _resuming(pending: Ledger | None, spec: HandoffSpec) -> bool:
@@ -126,6 +127,7 @@ def finish(
 ) -> HandoffRecord:
     """Write the audit record to the Service and as Prefect artifacts."""
     ledger, gates, pinned = run.ledger, run.evidence, run.pinned
+    by_workload = run.ready.samples() if run.ready else []
     entry = HandoffRecord(
         handoff_id=ledger.handoff_id,
         spec=run.spec.name,
@@ -148,7 +150,9 @@ def finish(
         source=source,
         durations_s=dict(run.timings),
         steps=list(run.spans),
-        ready_endpoints=run.ready.samples() if run.ready else [],
+        ready_endpoints=totals(by_workload),
+        ready_by_workload=by_workload,
+        workloads=run.workloads,
         endpoints_note=run.ready.error if run.ready else "not sampled",
         downtime_bound_s=ledger.outage.bound_s if ledger.outage else run.plan.downtime_bound_s,
         downtime_estimate_s=ledger.outage.estimate_s

@@ -69,6 +69,10 @@ class HandoffRecord(BaseModel):
     ready_endpoints: list[tuple[float, int]] = Field(
         default_factory=list, description="(epoch s, ready endpoints) at each change, sampled"
     )
+    ready_by_workload: list[tuple[float, dict[str, int]]] = Field(
+        default_factory=list, description="the same instants, counted per workload (role)"
+    )
+    workloads: dict[str, str] = Field(default_factory=dict, description="role: Deployment")
     endpoints_note: str | None = Field(None, description="why ready endpoints are missing")
     downtime_bound_s: float | None = None
     downtime_estimate_s: float | None = None

@@ -1,7 +1,8 @@
 """A handoff on one time axis: each step's start and length, and the Service's ready
-endpoints as the flow saw them (sampled while it ran). What was not measured is said so:
-steps of an older record are laid end to end from their durations, and the clients' error
-rate is not known to the flow (it sends no client traffic)."""
+endpoints as the flow saw them (sampled while it ran), counted per workload: the live one,
+the candidate, the twin. What was not measured is said so: steps of an older record are
+laid end to end from their durations, an older record's endpoints are one count, and the
+clients' error rate is not known to the flow (it sends no client traffic)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,16 @@ from pydantic import BaseModel, ConfigDict, Field
 SAMPLE_INTERVAL_S = 1.0
 SAMPLES_KEPT = 120  # changes only; a flapping endpoint must not fill the history annotation
 NOT_MEASURED_CLIENTS = "client error rate: not measured by the handoff (it sends no client traffic)"
+# What serves, as the sampler tells the Service's ready pods apart (flows/ready_workloads.py).
+LIVE, CANDIDATE, TWIN, UNKNOWN = "live", "candidate", "twin", "unknown"
+WORKLOADS = (LIVE, TWIN, CANDIDATE, UNKNOWN)  # bottom to top in the picture
+ONE_COUNT = "ready"  # an older record's endpoints, of no workload in particular
+BY_WORKLOAD = (
+    f"each classed by its pod: {TWIN}, a pod of the twin Deployment; {CANDIDATE}, one "
+    f"labelled with the handoff's revision; {LIVE}, any other"
+)
+
+Counts = dict[str, int]
 
 
 class StepSpan(BaseModel):
@@ -64,6 +75,10 @@ class Timeline(BaseModel):
     durations_s: dict[str, float] = Field(default_factory=dict)
     steps: list[StepSpan] = Field(default_factory=list)
     ready_endpoints: list[tuple[float, int]] = Field(default_factory=list)
+    ready_by_workload: list[tuple[float, Counts]] = Field(
+        default_factory=list, description="empty in records older than the per-workload count"
+    )
+    workloads: dict[str, str] = Field(default_factory=dict, description="role: Deployment")
     endpoints_note: str | None = None
     bake: BakeWindow | None = None
 
@@ -82,15 +97,35 @@ class Timeline(BaseModel):
             at += seconds
         return laid
 
+    def stacked(self) -> list[tuple[str, list[tuple[float, int]]]]:
+        """Each workload's ready endpoints over time, bottom to top; an older record's one
+        count is the single layer ONE_COUNT."""
+        if not self.ready_by_workload:
+            return [(ONE_COUNT, list(self.ready_endpoints))] if self.ready_endpoints else []
+        seen = {w for _, counts in self.ready_by_workload for w in counts}
+        return [
+            (w, [(at, counts.get(w, 0)) for at, counts in self.ready_by_workload])
+            for w in (*WORKLOADS, *sorted(seen - set(WORKLOADS)))
+            if w in seen
+        ]
+
+    def label(self, workload: str) -> str:
+        """A workload as the legend names it: its role and its Deployment, if recorded."""
+        name = self.workloads.get(workload)
+        return f"{workload} ({name})" if name else workload
+
     def caption(self) -> str:
         steps = (
             "steps: start and end as the flow timed them"
             if self.measured_steps
             else "steps: laid end to end from their recorded durations (no start times recorded)"
         )
+        how = BY_WORKLOAD if self.ready_by_workload else "one count: no workloads recorded"
         ready = (
             f"ready endpoints: the Service's Endpoints read every {SAMPLE_INTERVAL_S:g} s by the "
-            "flow while it ran" + (f" ({self.endpoints_note})" if self.endpoints_note else "")
+            "flow while it ran"
+            + (f" ({self.endpoints_note})" if self.endpoints_note else "")
+            + f", {how}"
             if self.ready_endpoints
             else f"ready endpoints: not sampled ({self.endpoints_note or 'not recorded'})"
         )
@@ -109,14 +144,20 @@ def _epoch(stamp: str | None) -> float | None:
         return None
 
 
-class ReadyEndpoints:
-    """Counts the Service's ready endpoints every SAMPLE_INTERVAL_S in a thread while the
-    block runs; keeps (epoch seconds, count) at each change, the first and the last."""
+def totals(samples: list[tuple[float, Counts]]) -> list[tuple[float, int]]:
+    """The ready endpoints of every workload together, at each sample."""
+    return [(at, sum(counts.values())) for at, counts in samples]
 
-    def __init__(self, count: Callable[[], int], interval_s: float = SAMPLE_INTERVAL_S) -> None:
+
+class ReadyEndpoints:
+    """Counts the Service's ready endpoints per workload every SAMPLE_INTERVAL_S in a thread
+    while the block runs; keeps (epoch seconds, counts) at each change, the first and the
+    last. A workload without ready endpoints is left out of its counts."""
+
+    def __init__(self, count: Callable[[], Counts], interval_s: float = SAMPLE_INTERVAL_S) -> None:
         self._count = count
         self._interval_s = interval_s
-        self._changes: list[tuple[float, int]] = []
+        self._changes: list[tuple[float, Counts]] = []
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="ready-endpoints", daemon=True)
@@ -139,7 +180,7 @@ class ReadyEndpoints:
 
     def sample(self) -> None:
         try:
-            count = self._count()
+            count = {w: n for w, n in self._count().items() if n}
         except Exception as exc:  # a read that fails is named in the picture, not fatal
             self.error = f"{type(exc).__name__}: {exc}"[:200]
             return
@@ -156,7 +197,7 @@ class ReadyEndpoints:
             elif self.error is None:
                 self.error = f"more than {SAMPLES_KEPT} changes: not kept after {_hms(now)} UTC"
 
-    def samples(self) -> list[tuple[float, int]]:
+    def samples(self) -> list[tuple[float, Counts]]:
         """Every change so far, after one more reading."""
         self.sample()
         with self._lock:

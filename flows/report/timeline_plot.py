@@ -1,5 +1,6 @@
 """The timeline picture: the handoff's steps as bars on one time axis, over the Service's
-ready endpoints; the caption under it says what was measured and what was not."""
+ready endpoints stacked per workload (the swap is where the colour changes); the caption
+under it says what was measured and what was not."""
 
 from __future__ import annotations
 
@@ -7,19 +8,33 @@ import textwrap
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from flows.report.timeline import Timeline
+from flows.report.timeline import CANDIDATE, LIVE, ONE_COUNT, TWIN, UNKNOWN, Timeline
 from gates.picture import markdown_image, new_figure, png, write_png
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
 
 ALT = "handoff timeline"
 COLOURS = {"done": "tab:green", "failed": "tab:red"}
 ROLLBACK = "tab:orange"
 BAKE = "tab:purple"
+SERVING = {
+    LIVE: "tab:blue",
+    TWIN: "tab:cyan",
+    CANDIDATE: "tab:green",
+    UNKNOWN: "tab:grey",
+    ONE_COUNT: "tab:grey",
+}
+OTHER = "tab:brown"  # a workload the sampler names that the picture has no colour for
 
 
 def timeline_png(timeline: Timeline) -> bytes:
+    return png(timeline_figure(timeline))
+
+
+def timeline_figure(timeline: Timeline) -> Figure:
+    """Two axes: the steps above, the ready endpoints per workload below."""
     spans = timeline.spans()
     starts = [s.start for s in spans] + [at for at, _ in timeline.ready_endpoints]
     zero = min(starts, default=0.0)
@@ -52,22 +67,35 @@ def timeline_png(timeline: Timeline) -> bytes:
     _bake(steps, ready, timeline, zero)
     ready.set_xlabel("seconds since the first step")
     figure.supxlabel(textwrap.fill(timeline.caption(), 160), fontsize="x-small", color="dimgrey")
-    return png(figure)
+    return figure
 
 
 def _ready(axes: Axes, timeline: Timeline, zero: float) -> None:
     axes.set_ylabel("ready\nendpoints", fontsize="small")
     axes.grid(alpha=0.3)
-    samples = timeline.ready_endpoints
-    if not samples:
+    layers = timeline.stacked()
+    if not layers:
         axes.text(0.5, 0.5, "not sampled", ha="center", va="center", transform=axes.transAxes)
         axes.set_yticks([])
         return
-    times = [at - zero for at, _ in samples]
-    counts = [n for _, n in samples]
-    axes.step(times, counts, where="post", color="tab:blue", linewidth=2)
-    axes.fill_between(times, counts, step="post", color="tab:blue", alpha=0.2)
-    axes.set_ylim(0, max(counts) + 1)
+    times = [at - zero for at, _ in layers[0][1]]
+    below = [0] * len(times)
+    for workload, samples in layers:
+        above = [b + n for b, (_, n) in zip(below, samples, strict=True)]
+        axes.fill_between(
+            times,
+            below,
+            above,
+            step="post",
+            color=SERVING.get(workload, OTHER),
+            alpha=0.6,
+            linewidth=0,
+            label=timeline.label(workload),
+        )
+        below = above
+    axes.step(times, below, where="post", color="black", linewidth=1)  # the total
+    axes.set_ylim(0, max(below) + 1)
+    axes.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize="x-small")  # off the data
     from matplotlib.ticker import MaxNLocator
 
     locator = axes.yaxis.get_major_locator()

@@ -1,25 +1,39 @@
 """The timeline's data: ready endpoints kept at each change (the first and last reading of
-each run of equal counts), a failed read named rather than fatal, and steps of a record
-without start times laid end to end and said to be."""
+each run of equal counts), a failed read named rather than fatal, steps of a record without
+start times laid end to end and said to be; each pod classed by workload, and the picture's
+stacked areas, colours and legend per workload (an older record's one count too)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from flows.report.timeline import SAMPLES_KEPT, ReadyEndpoints, Timeline
+import pytest
+from matplotlib.collections import PolyCollection
+from matplotlib.colors import to_rgba
+
+from flows.kube.objects import PodSnapshot
+from flows.ledger import REVISION_LABEL
+from flows.ready_workloads import compute_workload
+from flows.report.timeline import SAMPLES_KEPT, Counts, ReadyEndpoints, Timeline, totals
+from flows.report.timeline_plot import SERVING, timeline_figure, timeline_png
 
 
-def _counter(*readings: int | Exception) -> Callable[[], int]:
-    """Counts the Service would show, one per reading; an exception is a failed read."""
+def _counter(*readings: int | Counts | Exception) -> Callable[[], Counts]:
+    """Counts the Service would show, one per reading (a number: all live); an exception is
+    a failed read."""
     left = iter(readings)
 
-    def count() -> int:
+    def count() -> Counts:
         reading = next(left)
         if isinstance(reading, Exception):
             raise reading
-        return reading
+        return reading if isinstance(reading, dict) else {"live": reading}
 
     return count
+
+
+def _numbers(ready: ReadyEndpoints) -> list[int]:
+    return [n for _, n in totals(ready.samples())]
 
 
 def test_ready_endpoints_keep_each_change_and_the_last_reading() -> None:
@@ -27,7 +41,8 @@ def test_ready_endpoints_keep_each_change_and_the_last_reading() -> None:
     for _ in range(8):
         ready.sample()
     kept = ready.samples()
-    assert [n for _, n in kept] == [1, 1, 2, 0, 0, 2]
+    assert [n for _, n in totals(kept)] == [1, 1, 2, 0, 0, 2]
+    assert kept[3][1] == {}, "a workload without ready endpoints is left out"
     times = [at for at, _ in kept]
     assert times == sorted(times) and ready.error is None
 
@@ -46,7 +61,7 @@ def test_a_failed_read_is_named_and_sampling_goes_on() -> None:
     ready = ReadyEndpoints(_counter(1, PermissionError("endpoints is forbidden"), 1))
     ready.sample()
     ready.sample()
-    assert [n for _, n in ready.samples()] == [1, 1]
+    assert _numbers(ready) == [1, 1]
     assert ready.error == "PermissionError: endpoints is forbidden"
     timeline = Timeline(endpoints_note=ready.error)
     assert "ready endpoints: not sampled (PermissionError: endpoints is forbidden)" in (
@@ -63,3 +78,101 @@ def test_steps_without_start_times_are_laid_end_to_end_and_said_to_be() -> None:
     assert spans[1].start - spans[0].start == 20.5
     assert "laid end to end from their recorded durations" in timeline.caption()
     assert "client error rate: not measured" in timeline.caption()
+
+
+def test_a_change_of_workload_at_the_same_count_is_a_change() -> None:
+    ready = ReadyEndpoints(
+        _counter({"live": 2}, {"live": 2}, {"live": 1, "candidate": 1}, {"candidate": 2, "live": 0})
+    )
+    for _ in range(3):
+        ready.sample()
+    kept = ready.samples()
+    assert [c for _, c in kept] == [
+        {"live": 2},
+        {"live": 2},
+        {"live": 1, "candidate": 1},
+        {"candidate": 2},
+    ]
+    assert _numbers(ready) == [2, 2, 2, 2], "one count alone would not show the swap"
+
+
+def _pod(owner: str | None, **labels: str) -> PodSnapshot:
+    return PodSnapshot(
+        name=f"{owner}-x1y2z",
+        uid="u",
+        labels=labels,
+        node="n",
+        phase="Running",
+        ready=True,
+        terminating=False,
+        gpus=1,
+        restart_count=0,
+        owner=owner,
+    )
+
+
+@pytest.mark.parametrize(
+    ("pod", "revision", "workload"),
+    [
+        (_pod("clef-serve-5d8f"), "r2", "live"),
+        (_pod("clef-serve-5d8f", **{REVISION_LABEL: "r1"}), "r2", "live"),  # an earlier handoff
+        (_pod("clef-candle-77aa", **{REVISION_LABEL: "r2"}), "r2", "candidate"),
+        (_pod("clef-candle-77aa", **{REVISION_LABEL: "r2"}), None, "live"),  # not known yet
+        (_pod("candle-vllm-handoff-9c", **{REVISION_LABEL: "r2"}), "r2", "twin"),
+        (_pod("candle-vllm-31ee", **{REVISION_LABEL: "r2"}), "r2", "candidate"),  # took the spec
+        (None, "r2", "unknown"),  # the endpoint's pod is gone, or it names none
+    ],
+)
+def test_each_ready_pod_is_classed_by_its_workload(
+    pod: PodSnapshot | None, revision: str | None, workload: str
+) -> None:
+    assert compute_workload(pod, twin="candle-vllm-handoff", revision=revision) == workload
+
+
+SWAP = [
+    (100.0, {"live": 2}),
+    (104.0, {"live": 2, "twin": 1}),
+    (110.0, {"twin": 1, "candidate": 1}),
+    (115.0, {"candidate": 2}),
+]
+
+
+def test_the_picture_stacks_each_workload_in_its_colour_with_a_legend() -> None:
+    timeline = Timeline(
+        ready_endpoints=totals(SWAP),
+        ready_by_workload=SWAP,
+        workloads={"live": "candle-vllm", "twin": "candle-vllm-handoff"},
+    )
+    assert timeline.stacked() == [
+        ("live", [(100.0, 2), (104.0, 2), (110.0, 0), (115.0, 0)]),
+        ("twin", [(100.0, 0), (104.0, 1), (110.0, 1), (115.0, 0)]),
+        ("candidate", [(100.0, 0), (104.0, 0), (110.0, 1), (115.0, 2)]),
+    ]
+    figure = timeline_figure(timeline)
+    ready = figure.axes[1]
+    legend = ready.get_legend()
+    assert legend is not None
+    assert [t.get_text() for t in legend.get_texts()] == [
+        "live (candle-vllm)",
+        "twin (candle-vllm-handoff)",
+        "candidate",
+    ]
+    areas = [c for c in ready.collections if isinstance(c, PolyCollection)]
+    assert [tuple(a.get_facecolor()[0][:3]) for a in areas] == [
+        to_rgba(SERVING[w])[:3] for w in ("live", "twin", "candidate")
+    ]
+    (total,) = ready.get_lines()
+    assert list(total.get_ydata()) == [2, 3, 2, 2], "the stack's top is the total"
+    assert list(total.get_xdata()) == [0.0, 4.0, 10.0, 15.0]
+    assert "each classed by its pod" in timeline.caption()
+    assert timeline_png(timeline).startswith(b"\x89PNG")
+
+
+def test_an_older_record_of_one_count_still_draws_and_says_so() -> None:
+    old = Timeline.model_validate({"ready_endpoints": [[100.0, 1], [104.0, 2], [110.0, 1]]})
+    assert old.stacked() == [("ready", [(100.0, 1), (104.0, 2), (110.0, 1)])]
+    ready = timeline_figure(old).axes[1]
+    legend = ready.get_legend()
+    assert legend is not None and [t.get_text() for t in legend.get_texts()] == ["ready"]
+    assert "one count: no workloads recorded" in old.caption()
+    assert timeline_png(old).startswith(b"\x89PNG")
