@@ -31,6 +31,7 @@ COPY gates gates
 COPY ociclient ociclient
 COPY retrypolicy retrypolicy
 COPY sandbox sandbox
+COPY yamlfile yamlfile
 COPY manifests manifests
 COPY prefect.yaml ./
 RUN uv sync --frozen --no-dev

@@ -32,7 +32,7 @@ from pydantic import (
 from flows.errors import PermanentError
 from flows.spec_paths import spec_root
 from gates.settings import LatencySettings, ParityTolerances
-from gates.yaml_file import read_mapping
+from yamlfile import read_mapping
 
 
 class SpecError(PermanentError):

@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from gates.errors import GateError
 from gates.prompts import Turn
-from gates.yaml_file import read_mapping
+from yamlfile import read_mapping
 
 
 class SuiteError(GateError):
