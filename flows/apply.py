@@ -65,7 +65,13 @@ def apply_at_zero(run: HandoffRun, image: PinnedImage | None) -> str:
         # Its start is on the cluster before the first pod stops.
         _start_outage(run)
         for deployment in plan.current:
-            write.scale_deployment(run.kube, spec.namespace, deployment.name, 0)
+            write.scale_deployment(
+                run.kube,
+                spec.namespace,
+                deployment.name,
+                0,
+                expected=run.recorded_replicas(deployment.name),
+            )
     applied = write.apply_deployment(run.kube, body)
     if plan.strategy is Strategy.IN_PLACE:
         _wait_old_pods_gone(run, revision)

@@ -42,6 +42,7 @@ another parent.
         ├── RestoreNotReady            (rollback) what to move back to has no Ready pod
         ├── SelectorEdited             (kube.write) a selector this handoff did not decide from
         ├── WorkloadReplaced           (kube.write) a Deployment of the handoff's name is another
+        ├── ReplicasEdited             (kube.write) a replica count this handoff did not decide from
         ├── HistoryUnreadable          (ledger) the history annotation is not a JSON list
         ├── BaselineError              (baseline) no live pod of another workload to compare with
         ├── CandidateFailed            (warm) the candidate's pods cannot become ready

@@ -299,7 +299,7 @@ def _candidate_to_preview(kube: Kube, spec: HandoffSpec, ledger: Ledger) -> None
     candidate = read.read_deployment(kube, spec.namespace, name)
     preview = max(spec.candidate.preview_replicas, ledger.snapshot.candidate_replicas)
     if retired and candidate is not None and candidate.replicas > preview:
-        write.scale_deployment(kube, spec.namespace, name, preview)
+        write.scale_deployment(kube, spec.namespace, name, preview, expected={candidate.replicas})
 
 
 def _restore_workload(
@@ -318,7 +318,13 @@ def _restore_workload(
             resource_version=current.resource_version,
         )
     elif current.replicas != workload.replicas:
-        write.scale_deployment(kube, spec.namespace, workload.name, workload.replicas)
+        write.scale_deployment(
+            kube,
+            spec.namespace,
+            workload.name,
+            workload.replicas,
+            expected={current.replicas},
+        )
     try:
         wait_rolled_out(kube, spec.namespace, workload.name, deadline_s=restore_s(current))
     except HandoffError as exc:
@@ -412,7 +418,13 @@ def _undo_candidate(kube: Kube, spec: HandoffSpec, ledger: Ledger) -> None:
         return  # the live Deployment itself was restored above
     candidate = read.read_deployment(kube, spec.namespace, name)
     if candidate is not None and candidate.replicas != ledger.snapshot.candidate_replicas:
-        write.scale_deployment(kube, spec.namespace, name, ledger.snapshot.candidate_replicas)
+        write.scale_deployment(
+            kube,
+            spec.namespace,
+            name,
+            ledger.snapshot.candidate_replicas,
+            expected={candidate.replicas},
+        )
 
 
 def back_to_warm(kube: Kube, spec: HandoffSpec, ledger: Ledger, *, cause: str) -> Ledger:

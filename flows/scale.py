@@ -58,7 +58,13 @@ def retire(run: HandoffRun, *, record: bool = True) -> None:
         record_way_back(run)
         drain_workloads(run, [d.name for d in run.plan.current])
         for deployment in run.plan.current:
-            write.scale_deployment(run.kube, run.spec.namespace, deployment.name, 0)
+            write.scale_deployment(
+                run.kube,
+                run.spec.namespace,
+                deployment.name,
+                0,
+                expected=run.recorded_replicas(deployment.name),
+            )
         for deployment in run.plan.current:
             _wait_none_owned(run, deployment.name, deployment.selector)
     if record:

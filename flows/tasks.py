@@ -34,7 +34,7 @@ from flows.capacity import Strategy
 from flows.errors import HandoffError
 from flows.evidence import Evidence
 from flows.image import ImageRequirement, PinnedImage
-from flows.kube.write import SelectorEdited
+from flows.kube.write import ReplicasEdited, SelectorEdited
 from flows.lease import LeaseLost
 from flows.ledger import Phase
 from flows.report.links import run_link
@@ -278,6 +278,8 @@ def roll_back(run: HandoffRun, cause: BaseException) -> None:
     leave = cause.objects if isinstance(cause, drift.PersonEdited) else []
     if isinstance(cause, SelectorEdited):  # met at the write itself: left as it is
         leave = [f"Service {run.spec.service}"]
+    if isinstance(cause, ReplicasEdited):  # likewise, a count a person set
+        leave = [cause.object]
     try:
         ledger = rollback.rollback(
             run.kube,

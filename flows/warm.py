@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from flows.drift import candidate_replicas
 from flows.errors import PermanentError
 from flows.kube import read, write
 from flows.kube.admission import admission_refusal
@@ -138,7 +139,9 @@ def candidate_selector(run: HandoffRun) -> dict[str, str]:
 def wait_candidate_ready(run: HandoffRun, replicas: int) -> tuple[str, ...]:
     """Scale the candidate to `replicas` and wait for that many Ready pods, failing fast."""
     spec = run.spec
-    write.scale_deployment(run.kube, spec.namespace, run.candidate_name, replicas)
+    write.scale_deployment(
+        run.kube, spec.namespace, run.candidate_name, replicas, expected=candidate_replicas(run)
+    )
     deadline = compute_startup_allowance(run.plan.manifest, spec.candidate.container) + 60.0
     started = time.monotonic()
     refused = wait_created(

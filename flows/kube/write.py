@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any, TypeVar
 
 from flows.errors import PermanentError
@@ -110,16 +110,78 @@ def _put_spec(
 
 
 def scale_deployment(
-    kube: Kube, namespace: str, name: str, replicas: int, *, dry_run: bool = False
+    kube: Kube,
+    namespace: str,
+    name: str,
+    replicas: int,
+    *,
+    expected: Collection[int] = (),
+    dry_run: bool = False,
 ) -> None:
+    """Set a Deployment's replicas (its scale subresource) to `replicas`, decided from a
+    fresh read and preconditioned on that read's resourceVersion: a 409 (changed since)
+    reads and decides again. A count already at `replicas` is left; one that is neither
+    that nor in `expected` (the counts the caller decided from) is someone else's edit
+    and raises ReplicasEdited, never overwritten. A dry-run is sent unread: the
+    candidate it asks for may not exist yet (the apiserver answers 404 after RBAC)."""
+    where = f"Deployment {namespace}/{name}"
+    if dry_run:
+        _patch_scale(kube, namespace, name, replicas, resource_version=None, dry_run=True)
+        return
+
+    def attempt() -> None:
+        found = read.read_deployment(kube, namespace, name)
+        if found is None:
+            kube.check_fence()  # a run that may no longer write hears that first
+            raise NotFound(f"{where}: not found, so not scaled to {replicas}")
+        if found.replicas == replicas:
+            return
+        if found.replicas not in expected:
+            raise ReplicasEdited(
+                f"{where}: expected {' or '.join(map(str, sorted({*expected, replicas})))} "
+                f"replicas (what this handoff decided from, or its target), found "
+                f"{found.replicas}: someone else scaled it, and it was not scaled to "
+                f"{replicas}. Check that the change was meant, then run the handoff (or "
+                "`handoff rollback`) again",
+                name=name,
+            )
+        _patch_scale(
+            kube, namespace, name, replicas, resource_version=found.resource_version, dry_run=False
+        )
+
+    _reread_on_conflict(attempt, f"scale {where} to {replicas}")
+
+
+def _patch_scale(
+    kube: Kube,
+    namespace: str,
+    name: str,
+    replicas: int,
+    *,
+    resource_version: str | None,
+    dry_run: bool,
+) -> None:
+    """The scale subresource's resourceVersion is its Deployment's: set, a change to the
+    Deployment since that read is a 409."""
+    patch: dict[str, Any] = {"spec": {"replicas": replicas}}
+    if resource_version is not None:
+        patch["metadata"] = {"resourceVersion": resource_version}
     with mapped(f"scale Deployment {namespace}/{name} to {replicas}"):
         kube.apps.patch_namespaced_deployment_scale(
             name,
             namespace,
-            {"spec": {"replicas": replicas}},
+            patch,
             dry_run=_dry(kube, dry_run),
             _content_type=MERGE_PATCH,
         )
+
+
+class ReplicasEdited(PermanentError):
+    """A Deployment's replica count is not one the handoff decided from: a person's edit."""
+
+    def __init__(self, message: str, *, name: str) -> None:
+        super().__init__(message)
+        self.object = f"Deployment {name}"  # the key a rollback leaves as it is
 
 
 def replace_deployment_spec(
