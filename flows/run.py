@@ -68,11 +68,6 @@ class HandoffRun:
         decides from (any other is someone else's)."""
         return {w.replicas for w in self.ledger.snapshot.workloads if w.name == name}
 
-    def recorded_replicas(self, name: str) -> set[int]:
-        """A live Deployment's count before the first write: the one its scale-down
-        decides from (any other is someone else's)."""
-        return {w.replicas for w in self.ledger.snapshot.workloads if w.name == name}
-
     @property
     def candidate_name(self) -> str:
         """The Deployment being warmed and gated (a twin when replacing side by side)."""
