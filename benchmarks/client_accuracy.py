@@ -32,9 +32,9 @@ from pathlib import Path
 import httpx
 import numpy as np
 
+from gates.http.records import RequestRecord
 from gates.load import RequestShape, Run, StreamPool, Transport
 from gates.metrics import compute_request_metrics
-from gates.records import RequestRecord
 from tests.gates.servers import start_truth_server
 
 MS = 1e6

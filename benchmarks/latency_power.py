@@ -36,7 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gates import api
+from gates.http import api
 from gates.latency import BASELINE, CANDIDATE, evaluate_level, is_certain
 from gates.load import RequestShape, Run, StreamPool
 from gates.settings import LatencySettings

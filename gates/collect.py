@@ -1,10 +1,10 @@
 """Collect what parity compares from one server: greedy answers with top-k logprobs (raw
 completions and chat turns), teacher-forced logprobs of a reference text, and, when asked for,
-the probes and heads extensions. Only what the server offers (gates.capabilities) is asked for;
+the probes and heads extensions. Only what the server offers (gates.http.capabilities) is asked for;
 the rest is listed in `not_collected` with the reason.
 
 Requests go one at a time (concurrency 1): batching changes the numerics. Every request states
-greedy sampling in full (gates.sampling).
+greedy sampling in full (gates.http.sampling).
 """
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from typing import Any
 
 import httpx
 
-from gates import api
-from gates.capabilities import TOKEN_ID_PREFIX, Capabilities
 from gates.errors import ServerError
 from gates.golden_format import Alternative, Completion, GoldenSettings, ModelOutputs, TokenStep
+from gates.http import api
+from gates.http.capabilities import TOKEN_ID_PREFIX, Capabilities
 from gates.prompts import PromptCase
 
 JsonBody = dict[str, Any]

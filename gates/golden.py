@@ -6,11 +6,11 @@ import asyncio
 from datetime import UTC, datetime
 from pathlib import Path
 
-from gates import api
-from gates.capabilities import discover
 from gates.collect import collect_outputs
 from gates.errors import GoldenError
 from gates.golden_format import Golden, GoldenSettings
+from gates.http import api
+from gates.http.capabilities import discover
 from gates.prompts import load_prompts
 
 RECORD_TIMEOUT_S = 600.0  # teacher forcing a long text on a loaded CPU server takes minutes

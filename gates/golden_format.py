@@ -13,8 +13,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError
 
-from gates.capabilities import Capabilities, Extension
 from gates.errors import GoldenError
+from gates.http.capabilities import Capabilities, Extension
 from gates.prompts import PromptCase
 
 GOLDEN_FORMAT = "handoff.golden/v2"

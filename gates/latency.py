@@ -15,13 +15,13 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from typing import TypeVar
 
-from gates import api
 from gates.blocking import blocking
-from gates.capabilities import discover
 from gates.cell import CellFigures, CellSamples, summarise_cell
-from gates.client import CHAT_PATH, COMPLETIONS_PATH
 from gates.compare import compare_cells
 from gates.errors import ServerError
+from gates.http import api
+from gates.http.capabilities import discover
+from gates.http.client import CHAT_PATH, COMPLETIONS_PATH
 from gates.latency_report import LatencyFigures, LevelFigures, power_line, streams
 from gates.latency_verdict import (
     baseline_cannot_recover,

@@ -1,9 +1,9 @@
 """Closed-loop load: a fixed number of streams, each sending its next request when the last ends.
 
 A `StreamPool` holds one connection per stream, so connections stay warm across the warm-up
-and the measured rounds of a comparison. Streams use the native transport (`gates.transport`)
+and the measured rounds of a comparison. Streams use the native transport (`gates.http.transport`)
 unless the server is `https://` or reached through a proxy: those go over httpx
-(`gates.client`). One watchdog per pool ends streams that stall.
+(`gates.http.client`). One watchdog per pool ends streams that stall.
 """
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 from urllib.parse import urlsplit
 
-from gates import sampling
-from gates.client import CHAT_PATH, COMPLETIONS_PATH, HttpxStream
-from gates.finish import RawStream, finish_record
-from gates.records import RequestRecord
-from gates.transport import NativeStream
+from gates.http import sampling
+from gates.http.client import CHAT_PATH, COMPLETIONS_PATH, HttpxStream
+from gates.http.finish import RawStream, finish_record
+from gates.http.records import RequestRecord
+from gates.http.transport import NativeStream
 
 Api = Literal["completions", "chat"]
 Transport = Literal["native", "httpx"]

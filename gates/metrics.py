@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 from pydantic import BaseModel
 
-from gates.records import RequestRecord
+from gates.http.records import RequestRecord
 
 NS_PER_MS = 1e6
 

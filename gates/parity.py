@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gates import api
 from gates.blocking import blocking
-from gates.capabilities import Capabilities, discover
 from gates.collect import collect_outputs
 from gates.errors import ServerError
 from gates.golden_format import Golden, ModelOutputs
+from gates.http import api
+from gates.http.capabilities import Capabilities, discover
 from gates.parity_compare import (
     compare_completion,
     compare_heads,

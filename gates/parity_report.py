@@ -8,7 +8,7 @@ import numpy as np
 from pydantic import Field
 
 from gates import shown
-from gates.capabilities import Capabilities
+from gates.http.capabilities import Capabilities
 from gates.parity_compare import HeadCheck, ProbeCheck, PromptParity, TeacherForcedFigures
 from gates.result import Figures
 from gates.settings import ParityCheck, ParityTolerances

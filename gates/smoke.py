@@ -8,8 +8,8 @@ import time
 
 from pydantic import Field
 
-from gates import api, sampling
 from gates.errors import ServerError
+from gates.http import api, sampling
 from gates.result import Figures, GateResult
 
 SMOKE_PROMPT = "Hello"

@@ -1,6 +1,6 @@
 """Ask one server every case of a task suite and score its answers.
 
-Requests go one at a time, with the neutral sampling of gates.sampling: greedy, or with
+Requests go one at a time, with the neutral sampling of gates.http.sampling: greedy, or with
 `samples` > 1 the suite's temperature and the sample's index as seed, the same on both
 sides. A request that fails is a ServerError: a server that cannot answer gets no score.
 """
@@ -14,9 +14,9 @@ from typing import Any
 import httpx
 from pydantic import BaseModel, Field
 
-from gates import api
-from gates.capabilities import discover
 from gates.errors import ServerError
+from gates.http import api
+from gates.http.capabilities import discover
 from gates.task_check import check
 from gates.task_suite import TaskCase, TaskSuite
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from gates.finish import check_complete
+from gates.http.finish import check_complete
+from gates.http.records import RequestRecord
 from gates.metrics import compute_request_metrics, little_predicted_tok_s, summarise
-from gates.records import RequestRecord
 
 STAMP_CASES = [
     # (t_send, token stamps, n_out from usage)

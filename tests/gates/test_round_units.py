@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from gates.http.records import RequestRecord
 from gates.latency import BASELINE, CANDIDATE, evaluate_level
 from gates.latency_report import LevelFigures
 from gates.load import Run
-from gates.records import RequestRecord
 from gates.settings import LatencySettings
 
 MS = 1_000_000

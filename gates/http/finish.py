@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from gates.events import parse_payload
-from gates.records import RequestRecord
+from gates.http.events import parse_payload
+from gates.http.records import RequestRecord
 
 EVENTS = "{events}"  # placeholder in a failure message: replaced by the token-event count
 

@@ -15,8 +15,8 @@ from typing import Any, Literal
 import httpx
 from pydantic import BaseModel, Field
 
-from gates import api, sampling
 from gates.errors import ServerError
+from gates.http import api, sampling
 
 TOKEN_ID_PREFIX = "token_id:"
 # A text whose every next token a language model predicts with confidence: the echoed prompt

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from gates.sse import SseDecoder
+from gates.http.sse import SseDecoder
 
 STREAM_CASES = [
     # (name, raw stream, expected data payloads, expected comment count)

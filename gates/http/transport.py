@@ -1,9 +1,9 @@
 """The load generator's streaming transport: plain HTTP/1.1 on an `asyncio.Protocol`.
 
 `data_received` takes the `perf_counter_ns` stamp as the read returns and queues the bytes;
-once every read of the loop's wake-up is stamped, they are framed (`gates.http1`: chunked,
-Content-Length or close-delimited) and split into SSE events (`gates.sse`); payloads keep
-their stamp and are interpreted after the request ends (`gates.finish`). httpx spends about
+once every read of the loop's wake-up is stamped, they are framed (`gates.http.http1`: chunked,
+Content-Length or close-delimited) and split into SSE events (`gates.http.sse`); payloads keep
+their stamp and are interpreted after the request ends (`gates.http.finish`). httpx spends about
 100 µs of Python per read at 64 streams before its stamp, and every stream queued behind that
 read waits for it. One keep-alive connection per stream, TCP_NODELAY, reconnect when the
 server closes. No TLS and no proxies: `gates.load` uses httpx for those.
@@ -16,11 +16,11 @@ import socket
 import time
 from urllib.parse import urlsplit
 
-from gates.client import stall_message
-from gates.finish import EVENTS, RawStream
-from gates.http1 import HttpProtocolError, ResponseParser
-from gates.records import RequestRecord
-from gates.sse import DEFAULT_MAX_EVENT_BYTES, SseDecoder, SseError
+from gates.http.client import stall_message
+from gates.http.finish import EVENTS, RawStream
+from gates.http.http1 import HttpProtocolError, ResponseParser
+from gates.http.records import RequestRecord
+from gates.http.sse import DEFAULT_MAX_EVENT_BYTES, SseDecoder, SseError
 
 MAX_ERROR_DETAIL = 300
 

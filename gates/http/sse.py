@@ -6,7 +6,7 @@ time its line is complete; payloads stay bytes (JSON parsing decodes them later,
 that stamps arrivals). It joins multi-line `data:` fields and drops `:` comments such as
 candle-vllm's `: keep-alive-text`. An event that grows past `max_event_bytes` without its blank
 line is an error: a broken or hostile server must not fill memory. Interpreting payloads
-(token events, usage, `[DONE]`) is `gates.events`' job.
+(token events, usage, `[DONE]`) is `gates.http.events`' job.
 """
 
 from __future__ import annotations

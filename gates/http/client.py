@@ -1,11 +1,11 @@
 """Streaming over httpx: the fallback transport, for `https://` servers and HTTP proxies.
 
-The load generator's own transport (`gates.transport`) speaks plain HTTP/1.1 only; this one
+The load generator's own transport (`gates.http.transport`) speaks plain HTTP/1.1 only; this one
 trades per-chunk cost (httpx → httpcore → h11 → anyio is about 100 µs of Python per read at
 64 streams) for TLS and proxy support. Clock rules are the same (notes/gates.md): `t_send`
 is stamped by httpcore's trace hook as the request headers start onto the wire, each read is
 stamped with `perf_counter_ns` as it arrives, and payloads are interpreted after the stream
-ends (`gates.finish`). Each stream owns a single-connection client: one shared pool made 64
+ends (`gates.http.finish`). Each stream owns a single-connection client: one shared pool made 64
 simultaneous streams wait ~0.6 s inside the pool.
 """
 
@@ -17,9 +17,9 @@ from typing import Any
 
 import httpx
 
-from gates.finish import EVENTS, RawStream
-from gates.records import RequestRecord
-from gates.sse import SseDecoder, SseError
+from gates.http.finish import EVENTS, RawStream
+from gates.http.records import RequestRecord
+from gates.http.sse import SseDecoder, SseError
 
 COMPLETIONS_PATH = "/v1/completions"
 CHAT_PATH = "/v1/chat/completions"

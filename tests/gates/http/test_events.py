@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from gates.events import StreamEvent, parse_payload
+from gates.http.events import StreamEvent, parse_payload
 
 
 def chat(delta: dict, usage: dict | None = None) -> str:
