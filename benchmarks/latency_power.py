@@ -36,10 +36,10 @@ from pathlib import Path
 
 import numpy as np
 
+from gates.common.settings import LatencySettings
 from gates.http import api
 from gates.latency import BASELINE, CANDIDATE, evaluate_level, is_certain
 from gates.load import RequestShape, Run, StreamPool
-from gates.settings import LatencySettings
 from tests.gates.servers import start_server
 
 SIDES = ("baseline", "twin", "slow")

@@ -30,11 +30,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gates.common.prompts import load_prompts
+from gates.common.settings import ParityTolerances
 from gates.golden import record_golden_async
 from gates.golden_format import Golden, GoldenSettings
 from gates.parity import ParityResult, collect_candidate, judge
-from gates.prompts import load_prompts
-from gates.settings import ParityTolerances
 from sandbox.engines.llamacpp import LlamaServer, ServerOptions, Variant
 
 REPO = Path(__file__).resolve().parents[1]

@@ -13,8 +13,8 @@ import typer
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from gates.result import GateResult
-    from gates.settings import LatencySettings
+    from gates.common.result import GateResult
+    from gates.common.settings import LatencySettings
 
 app = typer.Typer(
     help="Run a gate (smoke, parity, latency, task) against a model server.", no_args_is_help=True
@@ -83,10 +83,10 @@ def parity(
 ) -> None:
     """Greedy answers, teacher-forced logprobs (and probes, heads if recorded) against a
     golden file, comparing what both servers offer."""
+    from gates.common.settings import ParityTolerances
     from gates.errors import GoldenError
     from gates.golden_format import Golden
     from gates.parity import run_parity
-    from gates.settings import ParityTolerances
 
     try:
         reference = Golden.load(golden)
@@ -168,7 +168,7 @@ def _latency_settings(
     import yaml
     from pydantic import ValidationError
 
-    from gates.settings import LatencySettings
+    from gates.common.settings import LatencySettings
 
     try:
         if path is not None:

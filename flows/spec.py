@@ -31,7 +31,7 @@ from pydantic import (
 
 from flows.errors import PermanentError
 from flows.spec_paths import spec_root
-from gates.settings import LatencySettings, ParityTolerances
+from gates.common.settings import LatencySettings, ParityTolerances
 from yamlfile import read_mapping
 
 

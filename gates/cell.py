@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 from pydantic import BaseModel, Field
 
+from gates.common.settings import Slo
 from gates.load import Run
 from gates.metrics import (
     NS_PER_MS,
@@ -18,7 +19,6 @@ from gates.metrics import (
     little_predicted_tok_s,
     summarise,
 )
-from gates.settings import Slo
 
 MAX_ERROR_KINDS = 5
 CDF_POINTS = 201  # quantiles kept per metric: the distribution's shape at a bounded size

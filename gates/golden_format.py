@@ -13,9 +13,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError
 
+from gates.common.prompts import PromptCase
 from gates.errors import GoldenError
 from gates.http.capabilities import Capabilities, Extension
-from gates.prompts import PromptCase
 
 GOLDEN_FORMAT = "handoff.golden/v2"
 REFERENCE_TEXT = (

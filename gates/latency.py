@@ -15,8 +15,10 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from typing import TypeVar
 
-from gates.blocking import blocking
 from gates.cell import CellFigures, CellSamples, summarise_cell
+from gates.common.blocking import blocking
+from gates.common.result import GateResult, verdict_of
+from gates.common.settings import LatencySettings
 from gates.compare import compare_cells
 from gates.errors import ServerError
 from gates.http import api
@@ -33,8 +35,6 @@ from gates.latency_verdict import (
     unshown,
 )
 from gates.load import Api, RequestShape, Run, StreamPool
-from gates.result import GateResult, verdict_of
-from gates.settings import LatencySettings
 from gates.slo import check_slos
 
 LatencyResult = GateResult[LatencyFigures]

@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gates.cell import CellFigures
+from gates.common.picture import markdown_image, new_figure, png, write_png
 from gates.latency_report import LatencyFigures, LevelFigures, streams, verdict_word
-from gates.picture import markdown_image, new_figure, png, write_png
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -90,7 +90,7 @@ def write_pictures(figures: LatencyFigures, directory: Path) -> list[Path]:
 
 
 def pictures_markdown(figures: LatencyFigures) -> str:
-    """The pictures embedded in markdown (gates.picture.markdown_image)."""
+    """The pictures embedded in markdown (gates.common.picture.markdown_image)."""
     return "\n\n".join(
         markdown_image(f"latency CDFs at {streams(level.concurrency)}", level_png(level))
         for level in figures.levels

@@ -6,12 +6,12 @@ from collections.abc import Callable
 
 from pydantic import BaseModel, Field
 
-from gates import shown
 from gates.cell import CellFigures
+from gates.common import shown
+from gates.common.result import Figures
+from gates.common.settings import LatencySettings
 from gates.compare import Comparison, MetricName
 from gates.metrics import LatencySummary
-from gates.result import Figures
-from gates.settings import LatencySettings
 from gates.slo import SloCheck
 
 

@@ -18,9 +18,9 @@ import math
 import re
 
 from gates.cell import CellFigures
+from gates.common.settings import LatencySettings
 from gates.compare import Comparison
 from gates.latency_report import LevelFigures, MetricPower, streams
-from gates.settings import LatencySettings
 from gates.slo import SloCheck
 
 BASELINE_FAILED_SHARE = 0.10

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gates.blocking import blocking
 from gates.collect import collect_outputs
+from gates.common.blocking import blocking
+from gates.common.result import GateResult
+from gates.common.settings import ParityCheck, ParityTolerances
 from gates.errors import ServerError
 from gates.golden_format import Golden, ModelOutputs
 from gates.http import api
@@ -24,8 +26,6 @@ from gates.parity_compare import (
     compare_teacher_forced,
 )
 from gates.parity_report import ParityFigures
-from gates.result import GateResult
-from gates.settings import ParityCheck, ParityTolerances
 
 ParityResult = GateResult[ParityFigures]
 REQUEST_TIMEOUT_S = 600.0  # as RECORD_TIMEOUT_S: one echo of the reference text

@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from gates.common.picture import markdown_image, new_figure, png, write_png
 from gates.parity_compare import PromptParity, TeacherForcedFigures
 from gates.parity_report import ParityFigures
-from gates.picture import markdown_image, new_figure, png, write_png
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes

@@ -7,11 +7,11 @@ import math
 import numpy as np
 from pydantic import Field
 
-from gates import shown
+from gates.common import shown
+from gates.common.result import Figures
+from gates.common.settings import ParityCheck, ParityTolerances
 from gates.http.capabilities import Capabilities
 from gates.parity_compare import HeadCheck, ProbeCheck, PromptParity, TeacherForcedFigures
-from gates.result import Figures
-from gates.settings import ParityCheck, ParityTolerances
 
 MAX_DIVERGENCE_ROWS = 20
 DIVERGENCE_HEADER = (

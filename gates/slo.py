@@ -7,9 +7,9 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel
 
-from gates import stats
 from gates.cell import CellSamples
-from gates.settings import LatencySettings, Slo
+from gates.common import stats
+from gates.common.settings import LatencySettings, Slo
 
 SloMetric = Literal["ttft", "tpot", "e2el"]
 

@@ -8,9 +8,9 @@ import time
 
 from pydantic import Field
 
+from gates.common.result import Figures, GateResult
 from gates.errors import ServerError
 from gates.http import api, sampling
-from gates.result import Figures, GateResult
 
 SMOKE_PROMPT = "Hello"
 SMOKE_MAX_TOKENS = 8

@@ -23,10 +23,10 @@ import asyncio
 from pydantic import BaseModel, ConfigDict, Field
 
 from gates import task_power as power
-from gates.blocking import blocking
+from gates.common.blocking import blocking
+from gates.common.result import GateResult
+from gates.common.stats import Interval
 from gates.errors import ServerError
-from gates.result import GateResult
-from gates.stats import Interval
 from gates.task_collect import TASK_GOLDEN_FORMAT, SideScores, collect_scores
 from gates.task_report import Flip, TaskFigures
 from gates.task_sandbox import SandboxUnavailable, isolation

@@ -12,7 +12,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from gates.stats import Interval
+from gates.common.stats import Interval
 from gates.task_stats import mcnemar_worse, paired_bootstrap_difference, paired_loss
 
 MAX_CASES = 100_000  # beyond this a suite is no longer an answer

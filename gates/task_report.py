@@ -7,8 +7,8 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from gates.result import Figures
-from gates.stats import Interval
+from gates.common.result import Figures
+from gates.common.stats import Interval
 
 ANSWER_SHOWN = 160  # characters of an answer in the report
 

@@ -15,7 +15,7 @@ from statistics import NormalDist
 
 import numpy as np
 
-from gates.stats import Interval, percentile_interval
+from gates.common.stats import Interval, percentile_interval
 
 SEED = 0
 

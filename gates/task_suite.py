@@ -23,8 +23,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from gates.common.prompts import Turn
 from gates.errors import GateError
-from gates.prompts import Turn
 from yamlfile import read_mapping
 
 

@@ -7,7 +7,7 @@ from flows.evidence import Evidence
 from flows.plan import Plan
 from flows.report.record import HandoffRecord
 from flows.spec import HandoffSpec
-from gates import shown
+from gates.common import shown
 from gates.latency_report import streams
 
 

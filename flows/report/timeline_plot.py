@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from flows.report.timeline import CANDIDATE, LIVE, ONE_COUNT, TWIN, UNKNOWN, Timeline
-from gates.picture import markdown_image, new_figure, png, write_png
+from gates.common.picture import markdown_image, new_figure, png, write_png
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes

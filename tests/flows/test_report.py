@@ -9,7 +9,7 @@ from flows.evidence import Evidence
 from flows.gating import _summary
 from flows.report.markdown import record_markdown
 from flows.report.record import HandoffRecord
-from gates import shown
+from gates.common import shown
 from gates.compare import Comparison
 from gates.latency_report import _comparison_row
 from gates.parity import ParityResult

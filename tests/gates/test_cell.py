@@ -8,8 +8,8 @@ from collections import Counter
 import pytest
 
 from gates.cell import CellSamples, summarise_cell
+from gates.common.settings import Slo
 from gates.metrics import RequestMetrics
-from gates.settings import Slo
 
 MS = 1_000_000
 

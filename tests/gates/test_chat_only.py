@@ -8,10 +8,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from flows.spec import load_spec
+from gates.common.settings import LatencySettings
 from gates.golden_format import Golden
 from gates.latency import run_latency
 from gates.parity import run_parity
-from gates.settings import LatencySettings
 from gates.smoke import run_smoke
 from tests.gates.conftest import FAST, HALF_TIME, StartServer
 

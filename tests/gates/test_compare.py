@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from gates.cell import CellSamples
+from gates.common.settings import LatencySettings, Slo
 from gates.compare import compare_cells
 from gates.metrics import RequestMetrics
-from gates.settings import LatencySettings, Slo
 from gates.slo import check_slos
 
 SETTINGS = LatencySettings(bootstrap_resamples=400)

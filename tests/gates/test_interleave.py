@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from gates.common.settings import LatencySettings
 from gates.latency import interleave
-from gates.settings import LatencySettings
 
 
 @pytest.mark.parametrize(

@@ -8,10 +8,10 @@ from collections import Counter
 import pytest
 
 from gates.cell import CellSamples, summarise_cell
+from gates.common.settings import LatencySettings, Slo
 from gates.latency import _decide_level
 from gates.latency_report import LevelFigures
 from gates.metrics import RequestMetrics
-from gates.settings import LatencySettings, Slo
 
 MS = 1_000_000
 

@@ -8,8 +8,8 @@ import socket
 
 import pytest
 
+from gates.common.settings import LatencySettings
 from gates.latency import run_latency
-from gates.settings import LatencySettings
 from tests.gates.conftest import HALF_TIME, StartServer
 
 PROFILE = "gptq-30b-a3b-tp1"

@@ -10,11 +10,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from gates.common.settings import LatencySettings
 from gates.http.records import RequestRecord
 from gates.latency import BASELINE, CANDIDATE, _decide_level, _result, evaluate_level, is_certain
 from gates.latency_report import LatencyFigures, LevelFigures, render_level
 from gates.load import Run
-from gates.settings import LatencySettings
 from gates.slo import SloCheck
 
 MS = 1_000_000

@@ -56,8 +56,8 @@ def test_changed_probe_beyond_tolerance_fails(
 def test_a_required_comparison_the_candidate_cannot_give_is_no_verdict(
     clef_golden: Golden,
 ) -> None:
+    from gates.common.settings import ParityTolerances
     from gates.parity import _result, compare_outputs
-    from gates.settings import ParityTolerances
 
     missing = "the server returns no prompt logprobs (echo with logprobs)"
     outputs = clef_golden.outputs.model_copy(

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from gates.common.settings import LatencySettings
 from gates.http.records import RequestRecord
 from gates.latency import BASELINE, CANDIDATE, evaluate_level
 from gates.latency_report import LevelFigures
 from gates.load import Run
-from gates.settings import LatencySettings
 
 MS = 1_000_000
 STREAMS, TOKENS, ROUNDS = 16, 32, 3

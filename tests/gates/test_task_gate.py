@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from cli import app
 from gates import task_sandbox
-from gates.blocking import blocking
+from gates.common.blocking import blocking
 from gates.task import TaskRule, judge, run_task
 from gates.task_check import check
 from gates.task_collect import CaseOutcome, SideScores, collect_scores

@@ -15,11 +15,11 @@ from prefect import flow
 from flows.evidence import GateSummary
 from flows.report.pictures import publish_pictures, publish_timeline
 from flows.report.timeline import StepSpan, Timeline
+from gates.common.result import GateResult
+from gates.common.settings import LatencySettings
 from gates.golden_format import Golden
 from gates.latency import run_latency
 from gates.parity import run_parity
-from gates.result import GateResult
-from gates.settings import LatencySettings
 
 
 def _timed(name: str, spans: list[StepSpan], run: Callable[[], GateResult]) -> GateSummary:

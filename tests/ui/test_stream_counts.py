@@ -76,7 +76,7 @@ def test_the_latency_picture_and_report_say_the_count(
 def test_the_gate_policy_names_the_levels_in_words(levels: list[int], said: str) -> None:
     from flows.report.markdown import gate_policy_markdown
     from flows.spec import HandoffSpec
-    from gates.settings import LatencySettings
+    from gates.common.settings import LatencySettings
 
     # What the policy reads of a spec: its gates and its approval.
     spec = SimpleNamespace(

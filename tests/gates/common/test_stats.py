@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gates import stats
+from gates.common import stats
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,7 @@ from typing import Generic, Literal, Self, TypeVar
 
 from pydantic import BaseModel, Field
 
-from gates import shown
+from gates.common import shown
 
 
 class Figures(BaseModel):
