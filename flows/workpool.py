@@ -8,7 +8,7 @@ command `prefect flow-run execute` and the ServiceAccount as literals, lists non
 them among its variables, and refuses variables it does not list
 (`additionalProperties: false`): Prefect answers 422 to a deployment or a flow run that
 sets one. What stays open to a run's job variables: the namespace, env, labels,
-annotations, resources and the Job's timeouts (README, "Trust boundary").
+annotations, resources and the Job's timeouts (docs/operating.md, "Trust boundary").
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ from typing import NoReturn, TypeVar
 from retrypolicy.backoff import compute_delay, compute_sleep, draw
 
 T = TypeVar("T")
-# The logger keeps the name the README documents and operators filter on.
+# The logger keeps the name the docs (docs/concepts.md) document and operators filter on.
 log = logging.getLogger("flows.retry")
 
 

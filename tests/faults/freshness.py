@@ -152,10 +152,10 @@ def cell_id(fault: str, step: str) -> str:
 
 def rerun_command(ids: Iterable[str]) -> str:
     """The one documented command that reruns these cells into the committed results
-    (the README's), checks them, and then renders the table."""
+    (docs/faults.md's table), checks them, and then renders the table."""
     chosen = " or ".join([*(f"test_cell[{i}]" for i in ids), "rows_are_of_the_current_code"])
     return (
         "HANDOFF_FAULTS_RESULTS=tests/faults/results.json uv run --frozen pytest -m faults "
         f"-n 0 tests/faults/test_matrix.py -k '{chosen}' && "
-        "uv run --frozen python -m tests.faults.table --readme"
+        "uv run --frozen python -m tests.faults.table --docs"
     )

@@ -1,7 +1,7 @@
 """The matrix's figures: each cell's row merged into one JSON file per run.
 
 `HANDOFF_FAULTS_RESULTS=FILE` names the file (tests/faults/results.json is the one the
-README's table is rendered from); without it each run writes a new file under
+table of docs/faults.md is rendered from); without it each run writes a new file under
 ~/.cache/handoff/faults/ (one for all the workers of a pytest-xdist run).
 Rows are keyed by (fault, step): a run of some cells updates those and keeps the rest.
 Each row says where it came from (commit, date, load: tests/faults/freshness.py) and

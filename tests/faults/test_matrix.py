@@ -2,15 +2,16 @@
 
 By default a rotating subset runs: two consecutive cells chosen from the commit
 (tests/faults/rotation.py), so every cell runs once in 27 commits; the others are `slow`.
-The whole matrix is one command (README: "Faults"):
+The whole matrix is one command (docs/faults.md):
 
     HANDOFF_FAULTS_RESULTS=tests/faults/results.json \\
         uv run --frozen pytest -m faults -n 2 --dist load tests/faults
 
 Each cell's row, passing or failing, is merged into the run's results file
-(tests/faults/results.py) with where it came from (tests/faults/freshness.py); the README's
-table is rendered from the committed one. The last test checks the rows of the cells this
-run took are of the current code (and, when the run took every cell, the committed rows).
+(tests/faults/results.py) with where it came from (tests/faults/freshness.py); the table
+of docs/faults.md is rendered from the committed one. The last test checks the rows of the
+cells this run took are of the current code (and, when the run took every cell, the
+committed rows).
 """
 
 from __future__ import annotations
@@ -99,7 +100,7 @@ ROWS_WAIT_S = 2700.0
 def test_rows_are_of_the_current_code(request: pytest.FixtureRequest, results_file: Path) -> None:
     """The rows of the cells this run took name the commit they ran on and none is older
     than the code it covers; when the run took every cell (`-m faults`), so are all the
-    committed rows the README's table is rendered from."""
+    committed rows the table of docs/faults.md is rendered from."""
     taken = {
         (cell.fault, cell.step)
         for item in request.session.items

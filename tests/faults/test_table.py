@@ -1,16 +1,16 @@
-"""The README's fault-matrix table is the rendering of the committed results file."""
+"""The fault-matrix table of docs/faults.md is the rendering of the committed results file."""
 
 from __future__ import annotations
 
 from tests.faults.results import COMMITTED, load
-from tests.faults.table import README, STALE, render, table_in, unmarked
+from tests.faults.table import PAGE, STALE, render, table_in, unmarked
 
 
-def test_the_readme_table_is_the_rendering_of_the_recorded_results() -> None:
+def test_the_docs_table_is_the_rendering_of_the_recorded_results() -> None:
     """Its stale marks aside: they follow the commits made since the rendering."""
-    assert unmarked(table_in(README.read_text())) == render(load(COMMITTED)), (
-        "README.md's fault-matrix table differs from tests/faults/results.json: "
-        "run `uv run --frozen python -m tests.faults.table --readme`"
+    assert unmarked(table_in(PAGE.read_text())) == render(load(COMMITTED)), (
+        "docs/faults.md's fault-matrix table differs from tests/faults/results.json: "
+        "run `uv run --frozen python -m tests.faults.table --docs`"
     )
 
 

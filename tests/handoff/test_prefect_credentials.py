@@ -135,7 +135,7 @@ def test_commands_without_the_credentials_stop_before_doing_anything(
 def test_the_sandbox_env_gives_the_commands_its_credentials(
     authed_prefect: PrefectServer,
 ) -> None:
-    """`eval "$(handoff sandbox env)"`, as the README has it, then `handoff approve`."""
+    """`eval "$(handoff sandbox env)"`, as docs/sandbox.md has it, then `handoff approve`."""
     run_dir = authed_prefect.home.parent
     write_state(  # as `sandbox up` records it (only Prefect runs here)
         SandboxState(

@@ -48,7 +48,7 @@ def deploy(
     api_url: str, image: str, auth: str | None = None, *, service_account: str = "handoff"
 ) -> str:
     """The pool (its template rendered for `image`, pinned, and `service_account`) and
-    prefect.yaml's Kubernetes deployment, as the README has them; its id. auth: the
+    prefect.yaml's Kubernetes deployment, as docs/operating.md has them; its id. auth: the
     `user:password` a server with authentication requires."""
     env = {**os.environ, "PREFECT_API_URL": api_url}
     if auth:

@@ -1,5 +1,5 @@
 """The flow's Dockerfile, checked without building it (no container daemon or base image
-here): what it copies exists and is not ignored, it installs as the README says, on the
+here): what it copies exists and is not ignored, it installs as docs/operating.md says, on the
 project's Python, into the directory prefect.yaml's Kubernetes deployment runs in, and
 carries the label that the sandbox kubelet maps to this checkout."""
 
@@ -42,11 +42,11 @@ def test_what_it_copies_exists_and_is_not_ignored() -> None:
         assert not any(fnmatch.fnmatch(source, pattern) for pattern in ignored), source
 
 
-def test_it_installs_from_the_lock_as_the_readme_says() -> None:
+def test_it_installs_from_the_lock_as_the_docs_say() -> None:
     runs = _all("RUN")
     assert INSTALL in runs, runs
     assert f"{INSTALL} --no-install-project" in runs, "the locked dependencies as a layer"
-    assert INSTALL in (ROOT / "README.md").read_text()
+    assert INSTALL in (ROOT / "docs" / "operating.md").read_text()
     # `uv` itself: the version this checkout was locked and tested with, from PyPI.
     assert any(re.fullmatch(r"pip install --no-cache-dir uv==[\d.]+", r) for r in runs), runs
 
