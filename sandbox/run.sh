@@ -17,6 +17,14 @@ if [ "$what" = demo ]; then
   exec uv run --frozen handoff demo "$@"
 fi
 uv run --frozen ruff check .
+# The documentation site, strictly (a broken link or anchor fails), into a throwaway
+# directory; its output only when it fails (`--quiet` would also hide the warnings that
+# --strict counts).
+site=$(mktemp -d)
+if ! docs_log=$(NO_MKDOCS_2_WARNING=1 uv run --frozen mkdocs build --strict --site-dir "$site" 2>&1); then
+  echo "$docs_log" >&2; rm -rf "$site"; exit 1
+fi
+rm -rf "$site"
 # Two workers, each with its own sandbox: most of a handoff test is waiting on pods,
 # probes and clocks, so two share the 2 cores well. Whole files go to one worker, as
 # their fixtures are per module. `-n 0` (or HANDOFF_TEST_WORKERS=0) runs in one process.

@@ -1,0 +1,31 @@
+"""The documentation site builds with `mkdocs build --strict`: a broken link or anchor, a
+page missing from the nav, or a hook's warning (the CLI reference and the troubleshooting
+page are rendered from the code at build time) fails it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_the_site_builds_strictly(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+    )
+    assert result.returncode == 0, f"mkdocs build --strict failed:\n{result.stderr}"
+    assert "WARNING" not in result.stderr, result.stderr
+    for page in ("cli", "troubleshooting"):
+        assert (tmp_path / page / "index.html").is_file(), f"{page} page not built"
+    cli = (tmp_path / "cli" / "index.html").read_text()
+    assert "handoff work-pool render" in cli, "the CLI reference lacks a nested command"
+    errors = (tmp_path / "troubleshooting" / "index.html").read_text()
+    assert 'id="restorenotready"' in errors, "the troubleshooting page lacks an error class"
