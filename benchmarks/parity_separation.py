@@ -32,9 +32,9 @@ from pathlib import Path
 
 from gates.common.prompts import load_prompts
 from gates.common.settings import ParityTolerances
-from gates.golden import record_golden_async
-from gates.golden_format import Golden, GoldenSettings
-from gates.parity import ParityResult, collect_candidate, judge
+from gates.parity.gate import ParityResult, collect_candidate, judge
+from gates.parity.golden import record_golden_async
+from gates.parity.golden_format import Golden, GoldenSettings
 from sandbox.engines.llamacpp import LlamaServer, ServerOptions, Variant
 
 REPO = Path(__file__).resolve().parents[1]

@@ -85,8 +85,8 @@ def parity(
     golden file, comparing what both servers offer."""
     from gates.common.settings import ParityTolerances
     from gates.errors import GoldenError
-    from gates.golden_format import Golden
-    from gates.parity import run_parity
+    from gates.parity.gate import run_parity
+    from gates.parity.golden_format import Golden
 
     try:
         reference = Golden.load(golden)
@@ -106,7 +106,7 @@ def parity(
         _writable(out)
     result = run_parity(url, reference, tolerances, model_id=model)
     if out is not None:
-        from gates.parity_plot import write_picture
+        from gates.parity.plot import write_picture
 
         _write_report(result, out / "parity.json", lambda: [write_picture(result.figures, out)])
     _emit(result, as_json=as_json)

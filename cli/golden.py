@@ -41,8 +41,8 @@ def record(
     from pydantic import ValidationError
 
     from gates.errors import GateError
-    from gates.golden import record_golden
-    from gates.golden_format import GoldenSettings
+    from gates.parity.golden import record_golden
+    from gates.parity.golden_format import GoldenSettings
 
     try:
         wanted = [name.strip() for name in extensions.split(",") if name.strip()]
@@ -89,7 +89,7 @@ def _record_task(url: str, suite_file: Path, out: Path, model: str | None) -> No
 def show(path: Annotated[Path, typer.Argument(help="golden file")]) -> None:
     """Summarise a golden file."""
     from gates.errors import GoldenError
-    from gates.golden_format import Golden
+    from gates.parity.golden_format import Golden
 
     try:
         golden = Golden.load(path)

@@ -36,7 +36,7 @@ from flows.kube.portforward import Forward, pod_forward
 from flows.run import HandoffRun
 from flows.spec import BakeSpec
 from flows.warm import candidate_selector
-from gates.golden_format import Golden
+from gates.parity.golden_format import Golden
 
 GENERATION_ROUTES = frozenset({"/v1/chat/completions", "/v1/completions"})
 ASK_S = 5.0  # one /metrics answer

@@ -34,9 +34,9 @@ from flows.run import HandoffRun
 from gates.common.result import GateResult
 from gates.common.settings import LatencySettings
 from gates.errors import GateError
-from gates.golden_format import Golden
 from gates.latency import run_latency_async
-from gates.parity import run_parity_async
+from gates.parity.gate import run_parity_async
+from gates.parity.golden_format import Golden
 from gates.smoke import run_smoke_async
 from gates.task import TaskRule, run_task_async
 from gates.task_golden import load_task_golden

@@ -13,8 +13,8 @@ from flows.report.timeline import Timeline
 from flows.report.timeline_plot import timeline_markdown
 from gates.latency_plot import pictures_markdown
 from gates.latency_report import LatencyFigures
-from gates.parity_plot import picture_markdown
-from gates.parity_report import ParityFigures
+from gates.parity.plot import picture_markdown
+from gates.parity.report import ParityFigures
 
 
 def _latency(figures: dict[str, object]) -> str | None:

@@ -12,8 +12,8 @@ from flows.report.record import HandoffRecord
 from gates.common import shown
 from gates.compare import Comparison
 from gates.latency_report import _comparison_row
-from gates.parity import ParityResult
-from gates.parity_report import ParityFigures
+from gates.parity.gate import ParityResult
+from gates.parity.report import ParityFigures
 from gates.smoke import SmokeFigures, SmokeResult
 
 RAW_MS = 199.53844399992704

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from gates.golden import record_golden
-from gates.golden_format import Golden, GoldenSettings
+from gates.parity.golden import record_golden
+from gates.parity.golden_format import Golden, GoldenSettings
 from tests.gates.servers import ModelServer, start_server
 
 REPO = Path(__file__).resolve().parents[2]

@@ -9,9 +9,9 @@ from pathlib import Path
 
 from flows.spec import load_spec
 from gates.common.settings import LatencySettings
-from gates.golden_format import Golden
 from gates.latency import run_latency
-from gates.parity import run_parity
+from gates.parity.gate import run_parity
+from gates.parity.golden_format import Golden
 from gates.smoke import run_smoke
 from tests.gates.conftest import FAST, HALF_TIME, StartServer
 

@@ -10,7 +10,7 @@ from PIL import Image
 from typer.testing import CliRunner
 
 from cli import app
-from gates.golden_format import Golden
+from gates.parity.golden_format import Golden
 from tests.gates.conftest import FAST, HALF_TIME, PARITY_PROMPTS, REFERENCE_TEXT, StartServer
 
 runner = CliRunner()

@@ -21,9 +21,9 @@ from typer.testing import CliRunner
 
 from cli import app
 from gates.common.settings import ParityTolerances
-from gates.golden import record_golden
-from gates.golden_format import Golden
-from gates.parity import Candidate, collect_candidate, judge
+from gates.parity.gate import Candidate, collect_candidate, judge
+from gates.parity.golden import record_golden
+from gates.parity.golden_format import Golden
 from sandbox.engines.llamacpp import ServerOptions, ServerPool, Variant
 from tests.gates.conftest import REPO
 

@@ -17,9 +17,9 @@ from flows.report.pictures import publish_pictures, publish_timeline
 from flows.report.timeline import StepSpan, Timeline
 from gates.common.result import GateResult
 from gates.common.settings import LatencySettings
-from gates.golden_format import Golden
 from gates.latency import run_latency
-from gates.parity import run_parity
+from gates.parity.gate import run_parity
+from gates.parity.golden_format import Golden
 
 
 def _timed(name: str, spans: list[StepSpan], run: Callable[[], GateResult]) -> GateSummary:

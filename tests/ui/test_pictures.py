@@ -14,7 +14,7 @@ from pathlib import Path
 
 import httpx
 
-from gates.golden_format import Golden
+from gates.parity.golden_format import Golden
 from tests.gates.conftest import FAST, HALF_TIME, StartServer
 from tests.ui.browser import ARTIFACTS, TIMEOUT_MS, chromium
 from tests.webhook.servers import PrefectServer

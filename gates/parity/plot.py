@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from gates.common.picture import markdown_image, new_figure, png, write_png
-from gates.parity_compare import PromptParity, TeacherForcedFigures
-from gates.parity_report import ParityFigures
+from gates.parity.compare import PromptParity, TeacherForcedFigures
+from gates.parity.report import ParityFigures
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes

@@ -15,9 +15,15 @@ import httpx
 
 from gates.common.prompts import PromptCase
 from gates.errors import ServerError
-from gates.golden_format import Alternative, Completion, GoldenSettings, ModelOutputs, TokenStep
 from gates.http import api
 from gates.http.capabilities import TOKEN_ID_PREFIX, Capabilities
+from gates.parity.golden_format import (
+    Alternative,
+    Completion,
+    GoldenSettings,
+    ModelOutputs,
+    TokenStep,
+)
 
 JsonBody = dict[str, Any]
 EXTENSION_KEYS = {"probes": ("/debug/probes", "probes"), "heads": ("/v1/heads", "heads")}

@@ -4,8 +4,8 @@ first diverging tokens, and fails a candidate whose probe differs beyond toleran
 
 from __future__ import annotations
 
-from gates.golden_format import Golden
-from gates.parity import run_parity
+from gates.parity.gate import run_parity
+from gates.parity.golden_format import Golden
 from tests.gates.conftest import FAST, StartServer
 
 
@@ -57,7 +57,7 @@ def test_a_required_comparison_the_candidate_cannot_give_is_no_verdict(
     clef_golden: Golden,
 ) -> None:
     from gates.common.settings import ParityTolerances
-    from gates.parity import _result, compare_outputs
+    from gates.parity.gate import _result, compare_outputs
 
     missing = "the server returns no prompt logprobs (echo with logprobs)"
     outputs = clef_golden.outputs.model_copy(

@@ -7,14 +7,14 @@ import math
 
 import pytest
 
-from gates.golden_format import Alternative, Completion, TokenStep
-from gates.parity_compare import (
+from gates.parity.compare import (
     compare_completion,
     compare_heads,
     compare_probes,
     compare_teacher_forced,
     position_kl,
 )
+from gates.parity.golden_format import Alternative, Completion, TokenStep
 
 
 def step(token: int, top: dict[int, float]) -> TokenStep:

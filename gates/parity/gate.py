@@ -2,7 +2,7 @@
 
 Probes the candidate's capabilities, replays the golden file's prompts (raw completions and
 chat turns) and reference text against it at concurrency 1, and compares what both sides
-have (gates.parity_compare). What one side could not give is listed in the report; when the
+have (gates.parity.compare). What one side could not give is listed in the report; when the
 spec requires it, the verdict is "no verdict", never a pass. A candidate that zeroes a channel
 band stays well formed: only these comparisons catch it.
 """
@@ -11,21 +11,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gates.collect import collect_outputs
 from gates.common.blocking import blocking
 from gates.common.result import GateResult
 from gates.common.settings import ParityCheck, ParityTolerances
 from gates.errors import ServerError
-from gates.golden_format import Golden, ModelOutputs
 from gates.http import api
 from gates.http.capabilities import Capabilities, discover
-from gates.parity_compare import (
+from gates.parity.collect import collect_outputs
+from gates.parity.compare import (
     compare_completion,
     compare_heads,
     compare_probes,
     compare_teacher_forced,
 )
-from gates.parity_report import ParityFigures
+from gates.parity.golden_format import Golden, ModelOutputs
+from gates.parity.report import ParityFigures
 
 ParityResult = GateResult[ParityFigures]
 REQUEST_TIMEOUT_S = 600.0  # as RECORD_TIMEOUT_S: one echo of the reference text

@@ -6,12 +6,12 @@ import asyncio
 from datetime import UTC, datetime
 from pathlib import Path
 
-from gates.collect import collect_outputs
 from gates.common.prompts import load_prompts
 from gates.errors import GoldenError
-from gates.golden_format import Golden, GoldenSettings
 from gates.http import api
 from gates.http.capabilities import discover
+from gates.parity.collect import collect_outputs
+from gates.parity.golden_format import Golden, GoldenSettings
 
 RECORD_TIMEOUT_S = 600.0  # teacher forcing a long text on a loaded CPU server takes minutes
 

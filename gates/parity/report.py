@@ -11,7 +11,7 @@ from gates.common import shown
 from gates.common.result import Figures
 from gates.common.settings import ParityCheck, ParityTolerances
 from gates.http.capabilities import Capabilities
-from gates.parity_compare import HeadCheck, ProbeCheck, PromptParity, TeacherForcedFigures
+from gates.parity.compare import HeadCheck, ProbeCheck, PromptParity, TeacherForcedFigures
 
 MAX_DIVERGENCE_ROWS = 20
 DIVERGENCE_HEADER = (

@@ -22,7 +22,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, Field
 
-from gates.golden_format import Alternative, Completion, TokenStep
+from gates.parity.golden_format import Alternative, Completion, TokenStep
 
 PROBABILITY_FLOOR = 1e-12
 Basis = Literal["token ids", "token bytes", "token text"]
