@@ -33,8 +33,8 @@ import httpx
 import numpy as np
 
 from gates.http.records import RequestRecord
-from gates.load import RequestShape, Run, StreamPool, Transport
-from gates.metrics import compute_request_metrics
+from gates.latency.load import RequestShape, Run, StreamPool, Transport
+from gates.latency.metrics import compute_request_metrics
 from tests.gates.servers import start_truth_server
 
 MS = 1e6

@@ -5,9 +5,9 @@ candidate, against the measurement budget, for the gate's own decision (fixed an
    one with every step 10 % slower (`--slowdown 1.1`), under the gate's closed-loop load
    (native transport); `--collect-rounds` interleaved rounds of each at every level.
 2. Replays: a trial draws distinct rounds (the same round indices for both sides, in random
-   order) and runs the gate's decision (`gates.latency.evaluate_level`, `is_certain`) on them
-   exactly as the live gate would at each look. Twin vs baseline: any FAIL is a false alarm;
-   slow vs baseline: a FAIL is a detection.
+   order) and runs the gate's decision (`gates.latency.gate.evaluate_level`, `is_certain`) on
+   them exactly as the live gate would at each look. Twin vs baseline: any FAIL is a false
+   alarm; slow vs baseline: a FAIL is a detection.
 Per level and maximum rounds it prints both rates (and their counts), the mean rounds the
 sequential gate used and the seconds a level takes (measured round time × rounds × 2
 sides), beside the fixed design that always runs every round; at more than one stream, for
@@ -38,8 +38,8 @@ import numpy as np
 
 from gates.common.settings import LatencySettings
 from gates.http import api
-from gates.latency import BASELINE, CANDIDATE, evaluate_level, is_certain
-from gates.load import RequestShape, Run, StreamPool
+from gates.latency.gate import BASELINE, CANDIDATE, evaluate_level, is_certain
+from gates.latency.load import RequestShape, Run, StreamPool
 from tests.gates.servers import start_server
 
 SIDES = ("baseline", "twin", "slow")

@@ -125,7 +125,7 @@ def latency(
 ) -> None:
     """Closed-loop load at each level; regressions against --baseline and SLOs fail."""
     from gates.errors import GateError
-    from gates.latency import run_latency
+    from gates.latency.gate import run_latency
 
     chosen = _latency_settings(settings, levels=levels, max_tokens=max_tokens, rounds=rounds)
     if out is not None:  # refused before any load, not after it
@@ -135,7 +135,7 @@ def latency(
     except GateError as exc:
         _fail_with_error(str(exc))
     if out is not None:
-        from gates.latency_plot import write_pictures
+        from gates.latency.plot import write_pictures
 
         _write_report(result, out / "latency.json", lambda: write_pictures(result.figures, out))
     _emit(result, as_json=as_json)

@@ -34,7 +34,7 @@ from flows.run import HandoffRun
 from gates.common.result import GateResult
 from gates.common.settings import LatencySettings
 from gates.errors import GateError
-from gates.latency import run_latency_async
+from gates.latency.gate import run_latency_async
 from gates.parity.gate import run_parity_async
 from gates.parity.golden_format import Golden
 from gates.smoke import run_smoke_async

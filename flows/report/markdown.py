@@ -8,7 +8,7 @@ from flows.plan import Plan
 from flows.report.record import HandoffRecord
 from flows.spec import HandoffSpec
 from gates.common import shown
-from gates.latency_report import streams
+from gates.latency.report import streams
 
 
 def plan_markdown(plan: Plan) -> str:

@@ -11,8 +11,8 @@ from prefect.artifacts import create_markdown_artifact
 from flows.evidence import GateSummary
 from flows.report.timeline import Timeline
 from flows.report.timeline_plot import timeline_markdown
-from gates.latency_plot import pictures_markdown
-from gates.latency_report import LatencyFigures
+from gates.latency.plot import pictures_markdown
+from gates.latency.report import LatencyFigures
 from gates.parity.plot import picture_markdown
 from gates.parity.report import ParityFigures
 

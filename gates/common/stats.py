@@ -2,8 +2,9 @@
 
 Pure numpy. Resampling draws whole units: a request (gaps inside a request are
 correlated), or at more than one stream a whole round (requests streaming side by side share
-the machine's stalls; `gates.cell.CellSamples.from_runs`). Intervals are percentile-bootstrap
-intervals with a fixed seed, so a recorded run always decides the same way.
+the machine's stalls; `gates.latency.cell.CellSamples.from_runs`). Intervals are
+percentile-bootstrap intervals with a fixed seed, so a recorded run always decides the same
+way.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ Content-Length or close-delimited) and split into SSE events (`gates.http.sse`);
 their stamp and are interpreted after the request ends (`gates.http.finish`). httpx spends about
 100 µs of Python per read at 64 streams before its stamp, and every stream queued behind that
 read waits for it. One keep-alive connection per stream, TCP_NODELAY, reconnect when the
-server closes. No TLS and no proxies: `gates.load` uses httpx for those.
+server closes. No TLS and no proxies: `gates.latency.load` uses httpx for those.
 """
 
 from __future__ import annotations

@@ -10,8 +10,8 @@ from flows.gating import _summary
 from flows.report.markdown import record_markdown
 from flows.report.record import HandoffRecord
 from gates.common import shown
-from gates.compare import Comparison
-from gates.latency_report import _comparison_row
+from gates.latency.compare import Comparison
+from gates.latency.report import _comparison_row
 from gates.parity.gate import ParityResult
 from gates.parity.report import ParityFigures
 from gates.smoke import SmokeFigures, SmokeResult

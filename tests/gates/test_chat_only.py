@@ -9,7 +9,7 @@ from pathlib import Path
 
 from flows.spec import load_spec
 from gates.common.settings import LatencySettings
-from gates.latency import run_latency
+from gates.latency.gate import run_latency
 from gates.parity.gate import run_parity
 from gates.parity.golden_format import Golden
 from gates.smoke import run_smoke

@@ -17,7 +17,7 @@ from flows.report.pictures import publish_pictures, publish_timeline
 from flows.report.timeline import StepSpan, Timeline
 from gates.common.result import GateResult
 from gates.common.settings import LatencySettings
-from gates.latency import run_latency
+from gates.latency.gate import run_latency
 from gates.parity.gate import run_parity
 from gates.parity.golden_format import Golden
 

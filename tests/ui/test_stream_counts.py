@@ -8,9 +8,9 @@ from typing import TYPE_CHECKING, cast
 
 import pytest
 
-from gates import latency_plot
-from gates.cell import CellFigures
-from gates.latency_report import LevelFigures, render_level, streams
+from gates.latency import plot
+from gates.latency.cell import CellFigures
+from gates.latency.report import LevelFigures, render_level, streams
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -66,8 +66,8 @@ def test_the_latency_picture_and_report_say_the_count(
         titles.append(figure.get_suptitle())
         return b""
 
-    monkeypatch.setattr(latency_plot, "png", title_of)
-    latency_plot.level_png(_level(concurrency))
+    monkeypatch.setattr(plot, "png", title_of)
+    plot.level_png(_level(concurrency))
     assert titles == [f"latency at {said}: pass"]
     assert render_level(_level(concurrency)).startswith(f"#### {said}: pass")
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from gates.load import RequestShape, Run, StreamPool, Transport, pick_transport
+from gates.latency.load import RequestShape, Run, StreamPool, Transport, pick_transport
 from tests.gates.servers import start_truth_server
 
 CLOSE = b""  # a segment that closes the connection instead of writing

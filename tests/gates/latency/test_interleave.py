@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from gates.common.settings import LatencySettings
-from gates.latency import interleave
+from gates.latency.gate import interleave
 
 
 @pytest.mark.parametrize(

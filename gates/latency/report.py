@@ -6,13 +6,13 @@ from collections.abc import Callable
 
 from pydantic import BaseModel, Field
 
-from gates.cell import CellFigures
 from gates.common import shown
 from gates.common.result import Figures
 from gates.common.settings import LatencySettings
-from gates.compare import Comparison, MetricName
-from gates.metrics import LatencySummary
-from gates.slo import SloCheck
+from gates.latency.cell import CellFigures
+from gates.latency.compare import Comparison, MetricName
+from gates.latency.metrics import LatencySummary
+from gates.latency.slo import SloCheck
 
 
 class MetricPower(BaseModel):

@@ -18,10 +18,10 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel
 
-from gates.cell import CellSamples, PerRequest, gaps_ms, scalar_ms
 from gates.common import stats
 from gates.common.settings import LatencySettings
-from gates.metrics import NS_PER_MS, RequestMetrics
+from gates.latency.cell import CellSamples, PerRequest, gaps_ms, scalar_ms
+from gates.latency.metrics import NS_PER_MS, RequestMetrics
 
 MetricName = Literal["tpot", "ttft", "itl_p99", "throughput"]
 Outcome = Literal["regressed", "no regression", "no verdict"]

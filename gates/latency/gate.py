@@ -3,8 +3,8 @@
 At each concurrency level both servers get the same requests (prompts, seed, max_tokens,
 ignore_eos, temperature 0). After a warm-up that is excluded, baseline and candidate rounds
 alternate (B C, C B, B C, ...) so that drift on the machine hits both alike. Each level ends
-with one of three verdicts (`gates.latency_verdict`): pass when every metric is shown within
-its margin and every SLO met, fail when a regression (`gates.compare`), a missed SLO or too
+with one of three verdicts (`gates.latency.verdict`): pass when every metric is shown within
+its margin and every SLO met, fail when a regression (`gates.latency.compare`), a missed SLO or too
 many failed candidate requests is shown, and otherwise no verdict, saying what would decide
 it. A level whose baseline itself failed too often has no verdict: it compares nothing.
 """
@@ -15,17 +15,19 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from typing import TypeVar
 
-from gates.cell import CellFigures, CellSamples, summarise_cell
 from gates.common.blocking import blocking
 from gates.common.result import GateResult, verdict_of
 from gates.common.settings import LatencySettings
-from gates.compare import compare_cells
 from gates.errors import ServerError
 from gates.http import api
 from gates.http.capabilities import discover
 from gates.http.client import CHAT_PATH, COMPLETIONS_PATH
-from gates.latency_report import LatencyFigures, LevelFigures, power_line, streams
-from gates.latency_verdict import (
+from gates.latency.cell import CellFigures, CellSamples, summarise_cell
+from gates.latency.compare import compare_cells
+from gates.latency.load import Api, RequestShape, Run, StreamPool
+from gates.latency.report import LatencyFigures, LevelFigures, power_line, streams
+from gates.latency.slo import check_slos
+from gates.latency.verdict import (
     baseline_cannot_recover,
     baseline_unmeasured,
     power_of,
@@ -34,8 +36,6 @@ from gates.latency_verdict import (
     surely_within,
     unshown,
 )
-from gates.load import Api, RequestShape, Run, StreamPool
-from gates.slo import check_slos
 
 LatencyResult = GateResult[LatencyFigures]
 CANDIDATE, BASELINE = "candidate", "baseline"

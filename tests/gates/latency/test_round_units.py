@@ -9,9 +9,9 @@ import numpy as np
 
 from gates.common.settings import LatencySettings
 from gates.http.records import RequestRecord
-from gates.latency import BASELINE, CANDIDATE, evaluate_level
-from gates.latency_report import LevelFigures
-from gates.load import Run
+from gates.latency.gate import BASELINE, CANDIDATE, evaluate_level
+from gates.latency.load import Run
+from gates.latency.report import LevelFigures
 
 MS = 1_000_000
 STREAMS, TOKENS, ROUNDS = 16, 32, 3

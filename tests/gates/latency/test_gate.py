@@ -9,7 +9,7 @@ import socket
 import pytest
 
 from gates.common.settings import LatencySettings
-from gates.latency import run_latency
+from gates.latency.gate import run_latency
 from tests.gates.conftest import HALF_TIME, StartServer
 
 PROFILE = "gptq-30b-a3b-tp1"

@@ -8,7 +8,7 @@ import pytest
 
 from gates.http.finish import check_complete
 from gates.http.records import RequestRecord
-from gates.metrics import compute_request_metrics, little_predicted_tok_s, summarise
+from gates.latency.metrics import compute_request_metrics, little_predicted_tok_s, summarise
 
 STAMP_CASES = [
     # (t_send, token stamps, n_out from usage)

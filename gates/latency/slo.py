@@ -7,9 +7,9 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel
 
-from gates.cell import CellSamples
 from gates.common import stats
 from gates.common.settings import LatencySettings, Slo
+from gates.latency.cell import CellSamples
 
 SloMetric = Literal["ttft", "tpot", "e2el"]
 

@@ -4,7 +4,7 @@ whose baseline measured nothing.
 - A metric is shown **within** its margin when its interval's bound towards the margin lies
   inside it (non-inferiority: the upper bound under the margin where higher is worse, the
   lower bound over it where lower is worse), at the confidence of the look.
-- It is shown **regressed** by `gates.compare` (Mann-Whitney and the whole interval past the
+- It is shown **regressed** by `gates.latency.compare` (Mann-Whitney and the whole interval past the
   margin).
 - Anything else shows neither: the level has **no verdict**, and says what would decide it.
 
@@ -17,11 +17,11 @@ from __future__ import annotations
 import math
 import re
 
-from gates.cell import CellFigures
 from gates.common.settings import LatencySettings
-from gates.compare import Comparison
-from gates.latency_report import LevelFigures, MetricPower, streams
-from gates.slo import SloCheck
+from gates.latency.cell import CellFigures
+from gates.latency.compare import Comparison
+from gates.latency.report import LevelFigures, MetricPower, streams
+from gates.latency.slo import SloCheck
 
 BASELINE_FAILED_SHARE = 0.10
 """Default of the share of a level's baseline requests that may measure nothing (failed, or

@@ -10,8 +10,8 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from gates.common.settings import Slo
-from gates.load import Run
-from gates.metrics import (
+from gates.latency.load import Run
+from gates.latency.metrics import (
     NS_PER_MS,
     LatencySummary,
     RequestMetrics,

@@ -9,11 +9,11 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from gates.cell import CellSamples
 from gates.common.settings import LatencySettings, Slo
-from gates.compare import compare_cells
-from gates.metrics import RequestMetrics
-from gates.slo import check_slos
+from gates.latency.cell import CellSamples
+from gates.latency.compare import compare_cells
+from gates.latency.metrics import RequestMetrics
+from gates.latency.slo import check_slos
 
 SETTINGS = LatencySettings(bootstrap_resamples=400)
 N_OUT = 16

@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gates.cell import CellFigures
 from gates.common.picture import markdown_image, new_figure, png, write_png
-from gates.latency_report import LatencyFigures, LevelFigures, streams, verdict_word
+from gates.latency.cell import CellFigures
+from gates.latency.report import LatencyFigures, LevelFigures, streams, verdict_word
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes

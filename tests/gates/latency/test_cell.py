@@ -7,9 +7,9 @@ from collections import Counter
 
 import pytest
 
-from gates.cell import CellSamples, summarise_cell
 from gates.common.settings import Slo
-from gates.metrics import RequestMetrics
+from gates.latency.cell import CellSamples, summarise_cell
+from gates.latency.metrics import RequestMetrics
 
 MS = 1_000_000
 

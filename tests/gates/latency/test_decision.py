@@ -7,11 +7,11 @@ from collections import Counter
 
 import pytest
 
-from gates.cell import CellSamples, summarise_cell
 from gates.common.settings import LatencySettings, Slo
-from gates.latency import _decide_level
-from gates.latency_report import LevelFigures
-from gates.metrics import RequestMetrics
+from gates.latency.cell import CellSamples, summarise_cell
+from gates.latency.gate import _decide_level
+from gates.latency.metrics import RequestMetrics
+from gates.latency.report import LevelFigures
 
 MS = 1_000_000
 

@@ -12,10 +12,17 @@ import pytest
 
 from gates.common.settings import LatencySettings
 from gates.http.records import RequestRecord
-from gates.latency import BASELINE, CANDIDATE, _decide_level, _result, evaluate_level, is_certain
-from gates.latency_report import LatencyFigures, LevelFigures, render_level
-from gates.load import Run
-from gates.slo import SloCheck
+from gates.latency.gate import (
+    BASELINE,
+    CANDIDATE,
+    _decide_level,
+    _result,
+    evaluate_level,
+    is_certain,
+)
+from gates.latency.load import Run
+from gates.latency.report import LatencyFigures, LevelFigures, render_level
+from gates.latency.slo import SloCheck
 
 MS = 1_000_000
 TOKENS = 32
