@@ -17,8 +17,8 @@ import os
 import tempfile
 from pathlib import Path
 
-from gates.task import run_task
-from gates.task_suite import load_suite
+from gates.task.gate import run_task
+from gates.task.suite import load_suite
 from sandbox.engines.llamacpp import LlamaServer, Variant
 
 REPO = Path(__file__).resolve().parents[1]

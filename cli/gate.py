@@ -197,9 +197,9 @@ def task(
     from pydantic import ValidationError
 
     from gates.errors import GateError
-    from gates.task import TaskRule, run_task
-    from gates.task_golden import load_task_golden
-    from gates.task_suite import load_suite
+    from gates.task.gate import TaskRule, run_task
+    from gates.task.golden import load_task_golden
+    from gates.task.suite import load_suite
 
     if (baseline is None) == (golden is None):
         _fail_with_error("give one baseline: --baseline URL (live) or --golden FILE (recorded)")

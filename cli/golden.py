@@ -69,8 +69,8 @@ def record(
 
 def _record_task(url: str, suite_file: Path, out: Path, model: str | None) -> None:
     from gates.errors import GateError
-    from gates.task_golden import record_task_golden, save_task_golden
-    from gates.task_suite import load_suite
+    from gates.task.golden import record_task_golden, save_task_golden
+    from gates.task.suite import load_suite
 
     try:
         scores = record_task_golden(url, load_suite(suite_file), model_id=model)

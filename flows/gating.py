@@ -38,9 +38,9 @@ from gates.latency.gate import run_latency_async
 from gates.parity.gate import run_parity_async
 from gates.parity.golden_format import Golden
 from gates.smoke import run_smoke_async
-from gates.task import TaskRule, run_task_async
-from gates.task_golden import load_task_golden
-from gates.task_suite import load_suite
+from gates.task.gate import TaskRule, run_task_async
+from gates.task.golden import load_task_golden
+from gates.task.suite import load_suite
 
 
 def _forward(run: HandoffRun, pod: str) -> contextlib.AbstractContextManager[Forward]:

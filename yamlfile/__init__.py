@@ -1,6 +1,6 @@
 """Reading a YAML file that must hold a mapping, with errors that name the file.
 
-A bottom layer: the handoff spec (flows.spec) and the task suite (gates.task_suite) both
+A bottom layer: the handoff spec (flows.spec) and the task suite (gates.task.suite) both
 read through it, so it imports neither and each passes its own error type.
 """
 

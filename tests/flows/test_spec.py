@@ -28,8 +28,8 @@ def test_seed_specs_load() -> None:
 
 
 def test_the_coder_spec_gates_the_model_change_on_its_task_suite() -> None:
-    from gates.task_golden import load_task_golden
-    from gates.task_suite import load_suite
+    from gates.task.golden import load_task_golden
+    from gates.task.suite import load_suite
 
     task = load_spec(SPECS / "coder-14b-fp16.yaml").gates.task
     assert task is not None and task.golden is not None

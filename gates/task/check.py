@@ -1,7 +1,7 @@
 """Score one answer with its case's checker: 1.0 right, 0.0 wrong, or a grade in between
 (a `function` may grade). `function` and `code` run only in the sandbox
-(gates.task_sandbox), which sends back data; the verdict is reached here, from values
-decoded from that data (gates.task_tests), with expectations the sandbox never sees."""
+(gates.task.sandbox), which sends back data; the verdict is reached here, from values
+decoded from that data (gates.task.tests), with expectations the sandbox never sees."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import re
 import string
 from typing import Any
 
-from gates.task_sandbox import Verdict, run_isolated, said
-from gates.task_suite import (
+from gates.task.sandbox import Verdict, run_isolated, said
+from gates.task.suite import (
     Checker,
     Code,
     Exact,
@@ -22,7 +22,7 @@ from gates.task_suite import (
     Number,
     Regex,
 )
-from gates.task_tests import Malformed, Step, decode, plan
+from gates.task.tests import Malformed, Step, decode, plan
 
 MAX_DETAIL = 300
 

@@ -1,13 +1,13 @@
 """Task gate: does the candidate still do the job its clients send?
 
-Both sides answer the same suite (gates.task_suite) under the same sampling; each answer is
-scored by its case's checker (gates.task_check; code only in gates.task_sandbox, which
+Both sides answer the same suite (gates.task.suite) under the same sampling; each answer is
+scored by its case's checker (gates.task.check; code only in gates.task.sandbox, which
 refuses to run it without its sandbox: then the gate gives no verdict). The
 baseline is the live server, or in place the golden scores recorded from it earlier
 (`handoff golden record --task-suite`). The decision is paired, on the same cases: exact
-McNemar for pass/fail cases, a paired bootstrap for graded scores (gates.task_stats).
+McNemar for pass/fail cases, a paired bootstrap for graded scores (gates.task.stats).
 
-Three outcomes (gates.task_power): fail when the candidate is worse than the baseline by
+Three outcomes (gates.task.power): fail when the candidate is worse than the baseline by
 more than `margin` points AND the paired test says the loss is not chance, or when its
 score is under `floor`; pass only when the loss's one-sided upper bound is within the
 margin; otherwise no verdict, naming the bound and what would decide it. A baseline that
@@ -22,16 +22,16 @@ import asyncio
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from gates import task_power as power
 from gates.common.blocking import blocking
 from gates.common.result import GateResult
 from gates.common.stats import Interval
 from gates.errors import ServerError
-from gates.task_collect import TASK_GOLDEN_FORMAT, SideScores, collect_scores
-from gates.task_report import Flip, TaskFigures
-from gates.task_sandbox import SandboxUnavailable, isolation
-from gates.task_stats import bootstrap_mean, wilson
-from gates.task_suite import TaskSuite
+from gates.task import power
+from gates.task.collect import TASK_GOLDEN_FORMAT, SideScores, collect_scores
+from gates.task.report import Flip, TaskFigures
+from gates.task.sandbox import SandboxUnavailable, isolation
+from gates.task.stats import bootstrap_mean, wilson
+from gates.task.suite import TaskSuite
 
 TaskResult = GateResult[TaskFigures]
 

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from gates.common.stats import Interval
-from gates.task_stats import mcnemar_worse, paired_bootstrap_difference, paired_loss
+from gates.task.stats import mcnemar_worse, paired_bootstrap_difference, paired_loss
 
 MAX_CASES = 100_000  # beyond this a suite is no longer an answer
 

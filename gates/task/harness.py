@@ -1,9 +1,9 @@
-"""Runs one untrusted check inside the sandbox (started by gates.task_sandbox).
+"""Runs one untrusted check inside the sandbox (started by gates.task.sandbox).
 
 Standard library only: it runs as a script under `python -I -S`, reads its job as JSON on
 stdin, and writes one JSON object on the descriptor that was stdout; the check's own
 stdout and stderr go to /dev/null. It returns data, never a verdict: for a `code` job
-the value of each probe expression (gates.task_tests) encoded as plain data, or the
+the value of each probe expression (gates.task.tests) encoded as plain data, or the
 exception it raised; for a `function` job what `check(answer)` returned. Whatever this
 process says is untrusted: the parent decodes it as data and compares it with what only
 it holds. Nothing here is a boundary; the sandbox around it is.
@@ -22,7 +22,7 @@ _SEQUENCES: dict[type, str] = {list: "list", tuple: "tuple", set: "set", frozens
 
 
 def encode(value: object, depth: int = 0) -> object:
-    """Plain data for the parent (gates.task_tests.decode): exact built-in types only."""
+    """Plain data for the parent (gates.task.tests.decode): exact built-in types only."""
     kind = type(value)
     if value is None or kind in (bool, int, float, str):
         return value

@@ -9,8 +9,8 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from gates.errors import GoldenError
-from gates.task_collect import TASK_GOLDEN_FORMAT, SideScores, collect_scores
-from gates.task_suite import TaskSuite
+from gates.task.collect import TASK_GOLDEN_FORMAT, SideScores, collect_scores
+from gates.task.suite import TaskSuite
 
 
 def record_task_golden(url: str, suite: TaskSuite, *, model_id: str | None) -> SideScores:

@@ -1,13 +1,13 @@
 """Run untrusted checks (a suite's `function`, a model's `code` answer) in a sandbox, never
 in the calling process, and bring back only data.
 
-The sandbox is bubblewrap (gates.task_bwrap: user, pid, network, IPC and UTS namespaces,
+The sandbox is bubblewrap (gates.task.bwrap: user, pid, network, IPC and UTS namespaces,
 a read-only root of only the interpreter and its libraries, a private tmpfs, no
-environment) with a seccomp filter (gates.task_seccomp), under resource limits set before
+environment) with a seccomp filter (gates.task.seccomp), under resource limits set before
 it starts (CPU time, address space, file size, open files, no core dumps) and a
 wall-clock limit after which it is killed. Its answer comes over a pipe, at most
 MAX_OUTPUT bytes, and is parsed as JSON here; what it means is decided by the caller
-(gates.task_check), never by the sandboxed process.
+(gates.task.check), never by the sandboxed process.
 
 Without bubblewrap the checks are refused (SandboxUnavailable names the package) unless
 HANDOFF_TASK_SANDBOX=none is set, which runs them in a plain subprocess with the same
@@ -31,11 +31,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gates import task_bwrap, task_seccomp
 from gates.errors import GateError
-from gates.task_suite import Limits
+from gates.task import bwrap, seccomp
+from gates.task.suite import Limits
 
-HARNESS = Path(__file__).with_name("task_harness.py")
+HARNESS = Path(__file__).with_name("harness.py")
 MAX_OUTPUT = 1 << 20
 OPT_OUT = "HANDOFF_TASK_SANDBOX"
 PACKAGE = "bubblewrap"
@@ -69,10 +69,10 @@ def isolation() -> str:
             "only; untrusted code can reach this machine"
         )
     _bwrap()
-    seccomp = "a seccomp filter" if task_seccomp.supported() else "no seccomp filter (not x86-64)"
+    syscalls = "a seccomp filter" if seccomp.supported() else "no seccomp filter (not x86-64)"
     return (
         "bubblewrap: own user, pid, network and IPC namespaces, read-only root of only the "
-        f"interpreter, no environment, {seccomp}; verdicts computed outside the sandbox"
+        f"interpreter, no environment, {syscalls}; verdicts computed outside the sandbox"
     )
 
 
@@ -86,7 +86,7 @@ def _bwrap() -> str:
             f"Debian package `{PACKAGE}` (or set {OPT_OUT}=none to run them with no OS "
             "isolation)"
         )
-    argv = task_bwrap.command(found, HARNESS, None)
+    argv = bwrap.command(found, HARNESS, None)
     argv[-3:] = ["-I", "-S", "-c", "pass"]
     done = subprocess.run(argv, capture_output=True, env={}, timeout=60, check=False)
     if done.returncode != 0:
@@ -102,13 +102,13 @@ def _bwrap() -> str:
 def run_isolated(job: dict[str, Any], limits: Limits) -> dict[str, Any] | Verdict:
     """Run one job in the sandbox: the JSON object it sent, or a failing Verdict."""
     data = json.dumps(job).encode()
-    seccomp: int | None = None
+    filter_fd: int | None = None
     if unsandboxed():
-        argv = [task_bwrap.interpreter().as_posix(), "-I", "-S", str(HARNESS)]
+        argv = [bwrap.interpreter().as_posix(), "-I", "-S", str(HARNESS)]
     else:
-        if task_seccomp.supported():
-            seccomp = _filter_fd()
-        argv = task_bwrap.command(_bwrap(), HARNESS, seccomp)
+        if seccomp.supported():
+            filter_fd = _filter_fd()
+        argv = bwrap.command(_bwrap(), HARNESS, filter_fd)
     try:
         with tempfile.TemporaryDirectory(prefix="handoff-task-") as cwd:
             process = subprocess.Popen(
@@ -118,20 +118,20 @@ def run_isolated(job: dict[str, Any], limits: Limits) -> dict[str, Any] | Verdic
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
-                pass_fds=() if seccomp is None else (seccomp,),
+                pass_fds=() if filter_fd is None else (filter_fd,),
                 start_new_session=True,  # its own process group: killed as a whole
                 preexec_fn=functools.partial(_limit, limits),
             )
             return _talk(process, data, limits)
     finally:
-        if seccomp is not None:
-            os.close(seccomp)
+        if filter_fd is not None:
+            os.close(filter_fd)
 
 
 def _filter_fd() -> int:
     read, write = os.pipe()
     with os.fdopen(write, "wb") as out:
-        out.write(task_seccomp.program())
+        out.write(seccomp.program())
     return read
 
 

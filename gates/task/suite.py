@@ -9,9 +9,9 @@ A case is a raw completion (`prompt`) or a chat turn (`messages`), and one check
 - `json`: the answer (or its first fenced block) is JSON valid against `schema`;
 - `function`: Python source defining `check(answer)` returning a bool or a score in [0, 1];
 - `code`: the answer's code (its first fenced block, or all of it), then `tests`, whose
-  top-level asserts are judged outside the sandbox (gates.task_tests says which forms).
+  top-level asserts are judged outside the sandbox (gates.task.tests says which forms).
 
-`function` and `code` run only in the sandbox (gates.task_sandbox).
+`function` and `code` run only in the sandbox (gates.task.sandbox).
 """
 
 from __future__ import annotations
@@ -90,12 +90,12 @@ class Function(_Checker):
 
 class Code(_Checker):
     kind: Literal["code"] = "code"
-    tests: str = Field(description="asserts on the answer's values (gates.task_tests)")
+    tests: str = Field(description="asserts on the answer's values (gates.task.tests)")
 
     @field_validator("tests")
     @classmethod
     def _judgeable(cls, value: str) -> str:
-        from gates.task_tests import plan
+        from gates.task.tests import plan
 
         plan(value)
         return value

@@ -1,4 +1,4 @@
-"""The bubblewrap command line that holds an untrusted check (gates.task_sandbox).
+"""The bubblewrap command line that holds an untrusted check (gates.task.sandbox).
 
 The check runs in new user, pid, network, IPC, UTS and (where there is one) cgroup
 namespaces, as uid and gid 65534 inside, with no capabilities, no environment but PATH,

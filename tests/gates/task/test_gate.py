@@ -15,15 +15,15 @@ import pytest
 from typer.testing import CliRunner
 
 from cli import app
-from gates import task_sandbox
 from gates.common.blocking import blocking
-from gates.task import TaskRule, judge, run_task
-from gates.task_check import check
-from gates.task_collect import CaseOutcome, SideScores, collect_scores
-from gates.task_report import TaskFigures
-from gates.task_sandbox import SandboxUnavailable
-from gates.task_stats import mcnemar_worse, wilson
-from gates.task_suite import Code, Function, Limits, SuiteError, TaskSuite, load_suite
+from gates.task import sandbox as task_sandbox
+from gates.task.check import check
+from gates.task.collect import CaseOutcome, SideScores, collect_scores
+from gates.task.gate import TaskRule, judge, run_task
+from gates.task.report import TaskFigures
+from gates.task.sandbox import SandboxUnavailable
+from gates.task.stats import mcnemar_worse, wilson
+from gates.task.suite import Code, Function, Limits, SuiteError, TaskSuite, load_suite
 from sandbox.engines.llamacpp import ServerPool
 from tests.gates.conftest import FAST, REPO, StartServer
 

@@ -1,6 +1,6 @@
 """A seccomp filter for the sandboxed check (bwrap `--seccomp FD`), as classic BPF.
 
-x86-64 only (elsewhere there is none, and gates.task_sandbox says so): any other ABI (x32,
+x86-64 only (elsewhere there is none, and gates.task.sandbox says so): any other ABI (x32,
 i386) kills the process; new processes (fork, vfork, clone without CLONE_THREAD) are
 refused, clone3 answers ENOSYS so that threads fall back to clone; and the calls that
 reach past the namespaces or into the kernel's rarer corners are refused: ptrace,

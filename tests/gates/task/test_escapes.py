@@ -1,5 +1,5 @@
 """Known escapes from the task gate's code checks, each a malicious answer scored through
-the gate's own `gates.task_check.check`, in a process of its own: once as the user running
+the gate's own `gates.task.check.check`, in a process of its own: once as the user running
 the tests and, when that is root, once more as `nobody` (as a flow image's non-root user
 runs it). That process carries a secret in its environment, and a marker in its argv.
 
@@ -33,8 +33,8 @@ WRONG_ADD = "\ndef add(a, b):\n    return a - b\n"
 # verdicts as {name: [score, detail]}.
 RUNNER = """
 import json, sys
-from gates.task_check import check
-from gates.task_suite import Code, Function, Limits
+from gates.task.check import check
+from gates.task.suite import Code, Function, Limits
 limits = Limits(cpu_s=2, wall_s=8, memory_mb=256)
 out = {}
 for name, kind, answer, tests in json.load(sys.stdin):

@@ -17,8 +17,8 @@ from pydantic import BaseModel, Field
 from gates.errors import ServerError
 from gates.http import api
 from gates.http.capabilities import discover
-from gates.task_check import check
-from gates.task_suite import TaskCase, TaskSuite
+from gates.task.check import check
+from gates.task.suite import TaskCase, TaskSuite
 
 TASK_GOLDEN_FORMAT = "handoff.task-golden/v1"
 REQUEST_TIMEOUT_S = 300.0
