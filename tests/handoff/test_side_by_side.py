@@ -90,6 +90,12 @@ def test_clef_candle_side_by_side_without_a_failed_request(
     # The timeline: every step timed in order, and the Service never without a ready endpoint.
     assert [s["name"] for s in record["steps"]] == list(STEPS)
     assert record["ready_endpoints"] and all(n >= 1 for _, n in record["ready_endpoints"])
+    # ... served by the live workload before the swap and by the candidate after it.
+    by_workload = [counts for _, counts in record["ready_by_workload"]]
+    assert by_workload[0].keys() == {"live"} and by_workload[-1].keys() == {"candidate"}, (
+        by_workload
+    )
+    assert record["workloads"] == {"live": "clef-serve", "candidate": "clef-candle"}
     timeline = handoff_pictures(sandbox, record["flow_run_id"], "timeline")
     assert timeline.startswith("## timeline: done") and "](data:image/png;base64," in timeline
     assert "ready endpoints: the Service's Endpoints read every 1 s" in timeline
