@@ -51,7 +51,7 @@ def test_clef_candle_side_by_side_without_a_failed_request(
     # The latency gate is not under test here. It passes only what it shows within every
     # margin, and on a loaded 2-core machine an identical (or faster) candidate's p99 ITL
     # interval reached 1.42 at 1 stream and 3.7 at 16 (TPOT 1.10 at 16): wider margins let
-    # the handoff be shown; tests/gates/test_latency*.py test the gate's own defaults.
+    # the handoff be shown; tests/gates/latency/ test the gate's own defaults.
     margins = {"tpot": 1.25, "ttft": 1.5, "itl_p99": 5.0, "throughput": 0.8}
     # A short bake: the old pods stay Ready for 3 s while a probe through the Service
     # checks the candidate's first tokens; a clean one retires (tests/handoff/test_bake.py:
