@@ -14,7 +14,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 import threading
 import time
 from collections.abc import Callable
@@ -40,6 +39,7 @@ from sandbox.seed import (
     create_world,
     merge_gdn_fix,
     publish_candle,
+    remove_world,
 )
 from sandbox.state import SandboxState
 from sandbox.traffic import ClientLoad
@@ -67,7 +67,7 @@ class DemoResult(BaseModel):
 def prepare(state: SandboxState, say: Callable[[str], None]) -> tuple[World, Kube]:
     """The seeds' repositories, images and before state, Ready (a rerun starts afresh)."""
     kube = connect(state.kubeconfig)
-    reset(kube, state, say)
+    remove_world(state.run_dir / "src", state.kubeconfig, say)
     world = create_world(state.run_dir / "src", state.registry_url or "")
     os.environ.update(world.environment())
     os.environ.setdefault("IMAGE_POLL_INTERVAL_S", "2")
@@ -78,21 +78,6 @@ def prepare(state: SandboxState, say: Callable[[str], None]) -> tuple[World, Kub
     )
     wait_ready(kube, ("candle-vllm", "clef-serve", "reasoning-long"))
     return world, kube
-
-
-def reset(kube: Kube, state: SandboxState, say: Callable[[str], None]) -> None:
-    """Remove what an earlier demo left: the namespace, its volume, the repositories."""
-    shutil.rmtree(state.run_dir / "src", ignore_errors=True)
-    if not kube.core.list_namespace(field_selector=f"metadata.name={NAMESPACE}").items:
-        return
-    say(f"removing the {NAMESPACE} namespace an earlier demo left")
-    kube.core.delete_namespace(NAMESPACE)
-    deadline = time.monotonic() + 180
-    while kube.core.list_namespace(field_selector=f"metadata.name={NAMESPACE}").items:
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"namespace {NAMESPACE} still terminating after 180 s")
-        time.sleep(0.5)
-    kube.core.delete_persistent_volume("llm-models")
 
 
 def wait_ready(kube: Kube, names: tuple[str, ...], timeout_s: float = 180.0) -> None:

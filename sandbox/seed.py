@@ -8,6 +8,10 @@ Images keep their real names in the manifests; `image_overrides()` gives the
 
 from __future__ import annotations
 
+import json
+import shutil
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -15,7 +19,7 @@ import git
 import yaml
 from pydantic import BaseModel
 
-from sandbox.kubectl import kubectl_apply
+from sandbox.kubectl import kubectl, kubectl_apply
 from sandbox.publisher import publish
 from sandbox.simbuild import BUILD_FILE, SimBuild, build_file_text
 from sandbox.srcrepo import SourceRepo, commit_files, commit_gdn_fix, create_candle_vllm_repo
@@ -136,6 +140,53 @@ def apply_before_state(kubeconfig: Path, world: World, namespace: str = NAMESPAC
     """Apply the before state as its users did: `kubectl apply` (client-side), so the
     objects belong to kubectl, not to the handoff's field manager."""
     kubectl_apply(kubeconfig, before_state_documents(world, namespace))
+
+
+def remove_world(
+    src_dir: Path,
+    kubeconfig: Path,
+    say: Callable[[str], None],
+    namespace: str = NAMESPACE,
+    timeout_s: float = 180.0,
+) -> None:
+    """Remove what an earlier world left: its repositories, its namespace (waiting until
+    it is gone, so the next before state starts afresh) and its PersistentVolume."""
+    shutil.rmtree(src_dir, ignore_errors=True)
+    if _namespace(kubeconfig, namespace) is None:
+        return
+    say(f"removing the {namespace} namespace an earlier run left")
+    kubectl(kubeconfig, "delete", "namespace", namespace, "--wait=false")
+    deadline = time.monotonic() + timeout_s
+    while (left := _namespace(kubeconfig, namespace)) is not None:
+        if time.monotonic() > deadline:
+            status = left.get("status") or {}
+            held = "; ".join(str(c.get("message")) for c in status.get("conditions") or [])
+            raise TimeoutError(
+                f"namespace {namespace}: expected it gone within {timeout_s:.0f} s of its "
+                f"deletion, but it is still {status.get('phase', 'there')}"
+                + (f" ({held})" if held else "")
+                + f"; see what holds it with `kubectl get all,pvc -n {namespace}` and its "
+                "finalizers, remove them, then run again"
+            )
+        time.sleep(0.5)
+    for volume in _volumes(namespace):
+        kubectl(kubeconfig, "delete", "persistentvolume", volume, "--ignore-not-found")
+
+
+def _namespace(kubeconfig: Path, namespace: str) -> dict[str, Any] | None:
+    """The namespace as the API has it, None when there is none."""
+    found = kubectl(kubeconfig, "get", "namespace", namespace, "--ignore-not-found", "-o", "json")
+    return json.loads(found) if found.strip() else None
+
+
+def _volumes(namespace: str) -> list[str]:
+    """The PersistentVolumes the before state makes for the namespace."""
+    docs = yaml.safe_load_all((LLM_SERVING / "namespace.yaml").read_text())
+    return [
+        _in_namespace(d, namespace)["metadata"]["name"]
+        for d in docs
+        if d and d["kind"] == "PersistentVolume"
+    ]
 
 
 def _override_images(doc: dict[str, Any], world: World) -> dict[str, Any]:
