@@ -3,12 +3,16 @@
 A finished handoff run again (a second merge, a retry, a person making sure) finds the
 Service already serving the spec's revision and ends `done` with nothing written but its
 history entry, even when the image's source cannot be reached; a run that fails before
-its first write leaves every object as it found it and writes no rollback."""
+its first write leaves every object as it found it and writes no rollback; a handoff that
+rolled back, run again while its cause persists, rolls back again without touching the
+live workload."""
 
 from __future__ import annotations
 
 import uuid
 from pathlib import Path
+
+import yaml
 
 from flows.kube.client import Kube
 from flows.ledger import history_entries, parse_ledger
@@ -16,7 +20,7 @@ from sandbox.proxy import address_of
 from sandbox.seed import CLIENT_API
 from sandbox.state import SandboxState
 from sandbox.traffic import ClientLoad
-from tests.world import run_handoff, service, spec_in
+from tests.world import ROOT, run_handoff, service, spec_in
 
 FAST = {"parity": None, "latency": None}
 SERVICE = "clef-serve"
@@ -112,3 +116,50 @@ def test_a_record_lost_between_the_last_ledger_write_and_the_history_is_recovere
         recovered[0]["outcome"] == "rolled-back" and "recovered" in recovered[0]["endpoints_note"]
     )
     assert entries[-1]["handoff_id"] != ended.handoff_id  # the second run's own record
+
+
+def test_a_rolled_back_handoff_run_again_rolls_back_again_leaving_the_live_workload(
+    sandbox: SandboxState, kube: Kube, seeded: str, handoff_env: dict[str, str], tmp_path: Path
+) -> None:
+    """The candidate crash-loops (no runtime class: no GPU library), so the handoff rolls
+    back; the same spec run again rolls back again. The rerun never writes the live
+    Deployment nor moves the Service, whose clients are served throughout (and whose
+    invariants are watched: it never selects nothing); the candidate ends where the first
+    rollback left it, and the history holds both handoffs."""
+    manifest = yaml.safe_load((ROOT / "manifests/llm-serving/clef-candle.yaml").read_text())
+    del manifest["spec"]["template"]["spec"]["runtimeClassName"]
+    (tmp_path / "crash-looping.yaml").write_text(yaml.safe_dump(manifest))
+    spec_file = spec_in(
+        seeded,
+        "clef-candle",
+        tmp_path,
+        gates=FAST,
+        candidate={"manifest": str(tmp_path / "crash-looping.yaml")},
+    )
+    selector = service(kube, seeded, SERVICE).spec.selector
+    first = run_handoff(spec_file, handoff_env, "--auto-approve")
+    assert first.returncode != 0, first.stdout[-3000:] + first.stderr[-3000:]
+    ended = parse_ledger(service(kube, seeded, SERVICE).metadata.annotations)
+    assert ended is not None and ended.phase == "rolled-back", ended
+    live = {n: v for n, v in _versions(kube, seeded).items() if n != "clef-candle"}
+    candidate = kube.apps.read_namespaced_deployment("clef-candle", seeded).spec
+    url = "http://" + address_of(sandbox.run_dir, seeded, SERVICE, 80)
+    with ClientLoad(url, api=CLIENT_API[SERVICE], streams=4) as load:
+        again = run_handoff(spec_file, handoff_env, "--auto-approve")
+    output = again.stdout[-3000:] + again.stderr[-3000:]
+    assert again.returncode != 0, output
+    assert load.succeeded > 0 and load.failed == [], load.failed[:3]
+    after = service(kube, seeded, SERVICE)
+    assert after.spec.selector == selector
+    rerun = parse_ledger(after.metadata.annotations)
+    assert rerun is not None and rerun.phase == "rolled-back", output
+    assert rerun.handoff_id != ended.handoff_id and "crash" in (rerun.cause or "").lower(), rerun
+    assert not rerun.edited, rerun.edited  # nothing taken for a person's edit
+    now = _versions(kube, seeded)
+    assert {n: v for n, v in now.items() if n != "clef-candle"} == live, "a live one was written"
+    kept = kube.apps.read_namespaced_deployment("clef-candle", seeded).spec
+    assert (kept.replicas, kept.template) == (candidate.replicas, candidate.template)
+    outcomes = [
+        (e["handoff_id"], e["outcome"]) for e in history_entries(after.metadata.annotations)
+    ]
+    assert outcomes[-2:] == [(ended.handoff_id, "rolled-back"), (rerun.handoff_id, "rolled-back")]
