@@ -1,4 +1,5 @@
-"""Statistics for deciding a latency regression: Mann-Whitney U and bootstrap intervals.
+"""Statistics for deciding a latency regression: Mann-Whitney U and bootstrap intervals
+(the task gate's paired statistics build on its `Interval` and `percentile_interval`).
 
 Pure numpy. Resampling draws whole units: a request (gaps inside a request are
 correlated), or at more than one stream a whole round (requests streaming side by side share
