@@ -24,7 +24,7 @@ SERVING = {
     TWIN: "tab:cyan",
     CANDIDATE: "tab:green",
     UNKNOWN: "tab:grey",
-    ONE_COUNT: "tab:grey",
+    ONE_COUNT: "tab:olive",  # an older record's: of no workload in particular
 }
 OTHER = "tab:brown"  # a workload the sampler names that the picture has no colour for
 
@@ -88,7 +88,6 @@ def _ready(axes: Axes, timeline: Timeline, zero: float) -> None:
             above,
             step="post",
             color=SERVING.get(workload, OTHER),
-            alpha=0.6,
             linewidth=0,
             label=timeline.label(workload),
         )

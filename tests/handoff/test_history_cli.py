@@ -164,14 +164,15 @@ def test_one_handoffs_timeline_as_a_file(
             assert picture.format == "PNG" and picture.size[0] == 880
             pictures[run_id] = picture.convert("RGB")
     done, rolled_back = pictures["0b5c1e2a-done"], pictures["7f00aa11-rb"]
-    # Timed steps are drawn in their state's colour over the sampled ready endpoints (blue);
-    # a record without them shows its durations in grey and no endpoint line.
+    # Timed steps are drawn in their state's colour over the sampled ready endpoints (a
+    # record of one count, older than the count per workload: olive); a record without
+    # them shows its durations in grey and no endpoints.
     assert (
         _pixels_near(done, (44, 160, 44)) > 1000 and _pixels_near(rolled_back, (44, 160, 44)) == 0
     )
     assert _pixels_near(rolled_back, (128, 128, 128)) > 1000
     assert (
-        _pixels_near(done, (31, 119, 180)) > 100 and _pixels_near(rolled_back, (31, 119, 180)) == 0
+        _pixels_near(done, (188, 189, 34)) > 100 and _pixels_near(rolled_back, (188, 189, 34)) == 0
     )
     alone = _in_process(env, "--namespace", recorded, "--out", str(tmp_path))
     assert alone.exit_code == 2 and "give its RUN_ID too" in alone.output
