@@ -12,15 +12,14 @@ from __future__ import annotations
 import uuid
 from pathlib import Path
 
-import yaml
-
 from flows.kube.client import Kube
 from flows.ledger import history_entries, parse_ledger
 from sandbox.proxy import address_of
 from sandbox.seed import CLIENT_API
 from sandbox.state import SandboxState
 from sandbox.traffic import ClientLoad
-from tests.world import ROOT, run_handoff, service, spec_in
+from tests.handoff.test_side_by_side import crash_looping_spec
+from tests.world import run_handoff, service, spec_in
 
 FAST = {"parity": None, "latency": None}
 SERVICE = "clef-serve"
@@ -126,16 +125,7 @@ def test_a_rolled_back_handoff_run_again_rolls_back_again_leaving_the_live_workl
     Deployment nor moves the Service, whose clients are served throughout (and whose
     invariants are watched: it never selects nothing); the candidate ends where the first
     rollback left it, and the history holds both handoffs."""
-    manifest = yaml.safe_load((ROOT / "manifests/llm-serving/clef-candle.yaml").read_text())
-    del manifest["spec"]["template"]["spec"]["runtimeClassName"]
-    (tmp_path / "crash-looping.yaml").write_text(yaml.safe_dump(manifest))
-    spec_file = spec_in(
-        seeded,
-        "clef-candle",
-        tmp_path,
-        gates=FAST,
-        candidate={"manifest": str(tmp_path / "crash-looping.yaml")},
-    )
+    spec_file = crash_looping_spec(seeded, tmp_path, gates=FAST)
     selector = service(kube, seeded, SERVICE).spec.selector
     first = run_handoff(spec_file, handoff_env, "--auto-approve")
     assert first.returncode != 0, first.stdout[-3000:] + first.stderr[-3000:]

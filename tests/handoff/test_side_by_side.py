@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -150,18 +151,20 @@ def test_wrong_answers_roll_back(
     assert " gate: " not in report and not re.search(r"\d\.\d{6,}", report), report
 
 
-def test_crash_looping_candidate_rolls_back_within_seconds(
-    sandbox: SandboxState, kube: Kube, seeded: str, handoff_env: dict[str, str], tmp_path: Path
-) -> None:
+def crash_looping_spec(namespace: str, tmp_path: Path, **changes: Any) -> Path:
+    """The clef-candle spec with a candidate that crash-loops: without its runtime class
+    its pod finds no GPU library."""
     manifest = yaml.safe_load((ROOT / "manifests/llm-serving/clef-candle.yaml").read_text())
     del manifest["spec"]["template"]["spec"]["runtimeClassName"]
     (tmp_path / "no-runtime-class.yaml").write_text(yaml.safe_dump(manifest))
-    spec_file = spec_in(
-        seeded,
-        "clef-candle",
-        tmp_path,
-        candidate={"manifest": str(tmp_path / "no-runtime-class.yaml")},
-    )
+    candidate = {"manifest": str(tmp_path / "no-runtime-class.yaml")}
+    return spec_in(namespace, "clef-candle", tmp_path, candidate=candidate, **changes)
+
+
+def test_crash_looping_candidate_rolls_back_within_seconds(
+    sandbox: SandboxState, kube: Kube, seeded: str, handoff_env: dict[str, str], tmp_path: Path
+) -> None:
+    spec_file = crash_looping_spec(seeded, tmp_path)
     result = run_handoff(spec_file, handoff_env, "--auto-approve")
     assert result.returncode != 0
     svc = service(kube, seeded, "clef-serve")
