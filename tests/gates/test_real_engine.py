@@ -6,7 +6,7 @@ and `gate smoke|parity|latency` run from the command line against it.
 Slow (logprobs cost llama-cpp-python a sort of the 49k vocabulary per position, so a golden
 over the long reference text and each side compared against it take minutes on a loaded
 machine): every benign numeric change (f32 KV cache, flash attention, threads, prompt
-batch) passes against the long reference, and F16 -> Q4_1 gets the verdict the README's
+batch) passes against the long reference, and F16 -> Q4_1 gets the verdict the docs'
 rule gives. The fast tests score the built-in, shorter reference text."""
 
 from __future__ import annotations
@@ -185,7 +185,7 @@ def test_cli_golden_and_every_gate_on_the_real_server(llamacpp: ServerPool, tmp_
 
 @pytest.mark.slow
 def test_f16_to_q4_1_passes_and_its_zeroed_key_band_fails(llamacpp: ServerPool) -> None:
-    # The documented rule (README): a quantization is judged like any candidate. Q4_1 is as
+    # The documented rule (docs/gates.md): a quantization is judged like any candidate. Q4_1 is as
     # far from F16 as a benign kernel change is from Q4_1; the zeroed key band is 10x farther.
     golden = record_golden(llamacpp.get("f16").url, PROMPTS, reference_file=REFERENCE_LONG)
     found = collect_all(
