@@ -52,7 +52,8 @@ class LatencySettings(_Settings):
     waves of 32-token requests, looked at after rounds 3, 6 and 9 with alpha split over the
     looks. A clear regression stops at the first look; on a quiet machine a clear pass does
     too. On a loaded 2-core machine 3 rounds gave 3-5 % false alarms, 9 sequential rounds 1 %
-    (requests drawn singly); under bursts of load drawing whole rounds cut them (docs/performance.md).
+    (requests drawn singly); under bursts of load drawing whole rounds cut them
+    (docs/performance.md).
     """
 
     levels: list[Annotated[int, Field(ge=1)]] = Field(
@@ -125,7 +126,8 @@ ParityCheck = Literal["completions", "chat", "teacher_forced", "probes", "heads"
 class ParityTolerances(_Settings):
     """Limits of the parity gate (notes/gates.md, Parity). The defaults sit at the geometric
     midpoint between the worst benign and the mildest harmful figure that
-    `benchmarks/parity_separation.py` measured on llama.cpp (docs/gates.md, "Gates on real servers")."""
+    `benchmarks/parity_separation.py` measured on llama.cpp (docs/gates.md, "Gates on real
+    servers")."""
 
     require: list[ParityCheck] | None = Field(
         None,
