@@ -44,20 +44,22 @@ def workload_names(spec: HandoffSpec, plan: Plan) -> dict[str, str]:
 
 class ReadyWorkloads:
     """Called, counts the Service's ready endpoints per workload; `revision` is read at
-    each call (the handoff learns it once its image is pinned)."""
+    each call (the ledger holds it once the candidate is applied, before its pods start)."""
 
     def __init__(self, kube: Kube, spec: HandoffSpec, revision: Callable[[], str | None]):
         self._kube = kube
         self._spec = spec
         self._revision = revision
         self._twin = spec.candidate.deployment + TWIN_SUFFIX
-        self._pods: dict[str, PodSnapshot] = {}
+        self._pods: dict[str, PodSnapshot | None] = {}  # None: no such pod when listed
 
     def __call__(self) -> Counts:
         namespace = self._spec.namespace
         ready = read.read_endpoints(self._kube, namespace, self._spec.service).ready_pods
         if any(name not in self._pods for name in ready):
             self._pods = {p.name: p for p in read.list_pods(self._kube, namespace)}
+            # An endpoint without a pod (an address only) is not looked up again.
+            self._pods.update((name, None) for name in ready if name not in self._pods)
         revision = self._revision()
         return dict(
             Counter(
