@@ -8,6 +8,8 @@ exists: the pool's template fixes them (flows/workpool.py)."""
 
 from __future__ import annotations
 
+import re
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -118,6 +120,13 @@ def test_a_handoff_runs_as_a_kubernetes_job_of_the_worker(
     assert pod.spec.service_account_name == "handoff"
     assert (pod.status.phase, exit_code(pod)) == ("Succeeded", 0)
     assert pod.spec.containers[0].args == ["prefect", "flow-run", "execute"]
+    # The run ran a clone of the repository's main (no merge named), not the image's tree.
+    cloned = re.search(
+        rf"checked out ([0-9a-f]{{40}}) of {pool.ROOT}", _pod_log(kube, seeded, run_id)
+    )
+    assert cloned, _pod_log(kube, seeded, run_id)[-3000:]
+    ancestor = ["git", "-C", str(pool.ROOT), "merge-base", "--is-ancestor", cloned[1], "main"]
+    assert subprocess.run(ancestor).returncode == 0, cloned[1]
     svc = service(kube, seeded, "coder-predictor")
     ledger = parse_ledger(svc.metadata.annotations)
     assert ledger is not None and (ledger.strategy, ledger.phase) == ("side-by-side", "done")
