@@ -15,9 +15,6 @@ class GateSummary(BaseModel):
     figures: dict[str, object]
 
 
-# Gates whose "no verdict" a person may weigh at the approval (side by side): the
-# evidence could not tell, which is neither a pass nor a shown regression.
-ASK_ON_NO_VERDICT = frozenset({"latency"})
 
 
 class Evidence(BaseModel):
@@ -33,8 +30,10 @@ class Evidence(BaseModel):
 
     @property
     def undecided(self) -> list[GateSummary]:
-        """The gates that could not tell and leave the decision to the approval."""
-        return [g for g in self.gates if g.verdict == "no verdict" and g.name in ASK_ON_NO_VERDICT]
+        """The gates that could not tell and leave the decision to the approval (side by
+        side): the evidence showed neither a pass nor a regression, so neither passing
+        silently nor rolling back is the handoff's to decide."""
+        return [g for g in self.gates if g.verdict == "no verdict"]
 
     @property
     def for_a_person(self) -> bool:

@@ -1,6 +1,6 @@
-"""A gate that could not tell is neither a pass nor a fail: side by side, a latency gate
-without a verdict stops the handoff at the approval (a person weighs it); any other gate
-without one, or any fail, rolls back."""
+"""A gate that could not tell is neither a pass nor a fail: side by side, any gate
+without a verdict stops the handoff at the approval (a person weighs it); any fail rolls
+back."""
 
 from __future__ import annotations
 
@@ -24,11 +24,12 @@ def test_a_latency_gate_without_a_verdict_is_for_a_person_and_says_so() -> None:
     assert evidence.verdict().startswith("NO VERDICT, for the approver to weigh: latency")
 
 
-def test_a_fail_or_another_gates_no_verdict_is_not_for_a_person() -> None:
+def test_every_gates_no_verdict_is_for_a_person_and_a_fail_is_not() -> None:
+    for name in ("latency", "task", "parity"):
+        evidence = _evidence(_gate("smoke", "pass"), _gate(name, "no verdict"))
+        assert evidence.for_a_person and [g.name for g in evidence.undecided] == [name]
     failed = _evidence(_gate("latency", "no verdict"), _gate("parity", "fail"))
     assert not failed.for_a_person and failed.verdict().startswith("FAIL")
-    unknown = _evidence(_gate("parity", "no verdict"))
-    assert not unknown.for_a_person and unknown.undecided == []
 
 
 def test_all_passing_is_a_pass() -> None:
