@@ -27,5 +27,7 @@ fi
 rm -rf "$site"
 # Two workers, each with its own sandbox: most of a handoff test is waiting on pods,
 # probes and clocks, so two share the 2 cores well. Whole files go to one worker, as
-# their fixtures are per module. `-n 0` (or HANDOFF_TEST_WORKERS=0) runs in one process.
-exec uv run --frozen pytest -n "${HANDOFF_TEST_WORKERS:-2}" --dist loadfile "$@"
+# their fixtures are per module, longest first as last recorded (tests/schedule.py), not
+# xdist's most-tests-first. `-n 0` (or HANDOFF_TEST_WORKERS=0) runs in one process.
+exec uv run --frozen pytest -n "${HANDOFF_TEST_WORKERS:-2}" --dist loadfile \
+  --no-loadscope-reorder "$@"

@@ -24,10 +24,20 @@ SPARE_NODE = "worker-2"
 
 def pytest_configure(config: pytest.Config) -> None:
     """The fault matrix's rotating subset is chosen once for the run, before pytest-xdist
-    starts its workers, which inherit it (tests/faults/rotation.py)."""
+    starts its workers, which inherit it (tests/faults/rotation.py); each file's seconds
+    are recorded where HANDOFF_RECORD_DURATIONS asks (tests/schedule.py)."""
     from tests.faults.rotation import pin
+    from tests.schedule import configure
 
     pin()
+    configure(config)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Test files longest first, as last recorded (tests/schedule.py)."""
+    from tests.schedule import longest_first, recorded
+
+    longest_first(items, recorded())
 
 
 @pytest.fixture(autouse=True)
