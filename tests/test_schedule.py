@@ -13,7 +13,9 @@ pytest_plugins = ["pytester"]
 
 FILES = {
     "test_many.py": "".join(f"def test_{n}():\n    pass\n" for n in range(5)),
-    "test_long.py": "import time\n\ndef test_a():\n    time.sleep(0.3)\n\ndef test_b():\n    pass\n",
+    "test_long.py": (
+        "import time\n\ndef test_a():\n    time.sleep(0.3)\n\ndef test_b():\n    pass\n"
+    ),
     "test_new.py": "def test_x():\n    pass\n",
 }
 
@@ -48,5 +50,5 @@ def test_a_recording_run_writes_each_files_seconds(
     record = json.loads(out.read_text())
     files = record["files"]
     assert set(files) == set(FILES) and files["test_long.py"] >= 0.3, files
-    assert list(files)[0] == "test_long.py"  # written longest first
+    assert next(iter(files)) == "test_long.py"  # written longest first
     assert record["commit"] and record["date"] and len(record["load_average_1_5_15"]) == 3
