@@ -15,8 +15,6 @@ class GateSummary(BaseModel):
     figures: dict[str, object]
 
 
-
-
 class Evidence(BaseModel):
     image: str | None
     gates: list[GateSummary]

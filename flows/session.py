@@ -93,7 +93,7 @@ def begin(
                 return run.ledger.revision if run is not None else None
 
             try:
-                with ReadyEndpoints(ReadyWorkloads(kube, spec, revision)) as ready:
+                with signals.noted(), ReadyEndpoints(ReadyWorkloads(kube, spec, revision)) as ready:
                     # The ledger's write comes last, right before the steps: a failure or
                     # a cancellation from there on rolls back (flows/handoff.py), one
                     # that meets the write too, held back until the steps begin.

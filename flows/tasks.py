@@ -27,6 +27,7 @@ from flows import (
     retiring,
     rollback,
     scale,
+    signals,
     swap,
     warm,
 )
@@ -80,9 +81,11 @@ def step(name: str, *, forward: bool = True) -> Callable[[Callable[..., T]], Tas
             clock = run.outage if forward else None
             with _timed(run, name), outage.bounded(clock, name):
                 if forward:
+                    signals.check()
                     drift.check(run)
                 result = fn(run, *args, **kwargs)
                 if forward:
+                    signals.check()  # a cancellation during the step, should it be lost
                     drift.check(run)
                 return result
 

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from types import FrameType
 
 import pytest
+from prefect.exceptions import TerminationSignal
 
 from flows import signals
 
@@ -46,3 +47,31 @@ def test_nothing_held_delivers_nothing(cancelling: None) -> None:
     with signals.held() as pending:
         pass
     signals.deliver(pending)
+
+
+class _Finalized:
+    """Python prints and drops an exception raised while it runs a finalizer."""
+
+    def __del__(self) -> None:
+        os.kill(os.getpid(), signal.SIGTERM)  # the handler runs, and raises, in here
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # the drop
+def test_a_cancellation_whose_raise_was_lost_is_raised_by_the_next_check(
+    cancelling: None,
+) -> None:
+    with signals.noted():
+        signals.check()  # nothing received: nothing raised
+        _Finalized()  # dropped at once: its finalizer gets the signal, the raise is lost
+        survived = True
+        with pytest.raises(TerminationSignal):
+            signals.check()
+    assert survived
+    signals.check()  # outside the block nothing is noted
+    with pytest.raises(Cancelled):  # Prefect's (here: the fixture's) handler is back
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+def test_a_noted_cancellation_is_raised_by_the_handler_in_place(cancelling: None) -> None:
+    with signals.noted(), pytest.raises(Cancelled):
+        os.kill(os.getpid(), signal.SIGTERM)
