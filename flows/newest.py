@@ -27,6 +27,7 @@ from typing import TypeGuard
 from pydantic import BaseModel
 
 from flows.errors import TransientError
+from flows.report.attest import load_public_key
 from flows.report.record import Trigger
 from flows.spec import HandoffSpec, load_spec
 from flows.webhook.event_signature import public_key_file, verifies
@@ -94,7 +95,8 @@ def compute_newest(
     relay's public key, only the merges it signed count."""
     ignored = ""
     if public is not None:
-        signed = [m for m in merges if verifies(m.merge.model_dump(), m.merge.signature, public)]
+        key = load_public_key(public)  # once, not per event
+        signed = [m for m in merges if verifies(m.merge.model_dump(), m.merge.signature, key)]
         if len(signed) < len(merges):
             ignored = f" ({len(merges) - len(signed)} merge events not signed by the relay ignored)"
         merges = signed

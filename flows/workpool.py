@@ -59,11 +59,7 @@ def render_pool_template(
     container["image"] = image
     container["args"] = list(COMMAND)
     pod["serviceAccountName"] = service_account
-    variables = rendered["variables"]
-    for name in FIXED:
-        variables["properties"].pop(name, None)
-    variables["required"] = [r for r in variables.get("required", []) if r not in FIXED]
-    variables["additionalProperties"] = False
+    _close(rendered["variables"], FIXED)
     left = sorted(n for n in FIXED if f"{{{{ {n} }}}}" in json.dumps(rendered))
     if left:
         raise PoolTemplateError(f"{template}: still refers to {', '.join(left)} after rendering")
@@ -91,8 +87,14 @@ def render_process_template() -> dict[str, Any]:
     for name in PROCESS_FIXED:
         job[name] = None  # the worker's: `prefect flow-run execute` in a fresh directory
     variables = rendered["variables"]
-    for name in PROCESS_FIXED:
-        variables["properties"].pop(name, None)
+    _close(variables, PROCESS_FIXED)
     variables["properties"]["env"]["propertyNames"] = {"pattern": RUN_ENV}
-    variables["additionalProperties"] = False
     return rendered
+
+
+def _close(variables: dict[str, Any], fixed: tuple[str, ...]) -> None:
+    """The template's variables without `fixed`, and no variable it does not list."""
+    for name in fixed:
+        variables["properties"].pop(name, None)
+    variables["required"] = [r for r in variables.get("required", []) if r not in fixed]
+    variables["additionalProperties"] = False

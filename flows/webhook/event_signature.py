@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from flows.errors import PermanentError
 from flows.report.attest import canonical, load_private_key, load_public_key, pae
@@ -59,10 +59,10 @@ def _instant(value: object) -> str | None:
     return (at.astimezone(dt.UTC) if at.tzinfo else at).isoformat()
 
 
-def verifies(values: Mapping[str, Any], signature: str, public: Path) -> bool:
+def verifies(values: Mapping[str, Any], signature: str, public: Ed25519PublicKey) -> bool:
     """Whether `signature` is the key's over `values` (a merge event's payload)."""
     try:
-        load_public_key(public).verify(base64.b64decode(signature, validate=True), _message(values))
+        public.verify(base64.b64decode(signature, validate=True), _message(values))
     except (InvalidSignature, binascii.Error, ValueError):
         return False
     return True
@@ -107,7 +107,7 @@ def check_trigger(spec_file: str, trigger: Mapping[str, Any] | None) -> str:
             "the relay's merge events may name a commit. Start a run by hand without a "
             "merge commit (`handoff run`) to hand off the branch's head"
         )
-    if not verifies(values, signature, where):
+    if not verifies(values, signature, load_public_key(where)):
         raise UnsignedTrigger(
             f"{about}: its signature does not verify with {where}: the event was not sent "
             "by the relay, or was changed after it signed"
