@@ -7,7 +7,9 @@ the parity gate against each variant, one server at a time:
 - benign: the same settings restarted, an f32 KV cache, flash attention, 2 threads, a
   prompt batch of 8 (numerics change, the model does not);
 - harmful: the zeroed key band (attention keys of 10 layers lose 48 channels: fluent and
-  wrong), a wrong chat template (chat turns only);
+  wrong), a wrong chat template (chat turns only), and position-dependent changes that only
+  long prompts show: the rotary base at 0.5, 2 and 0.8 times the model's, rotary positions
+  scaled by 0.9, a context window of 1024 tokens where the Service is used with 2048;
 - quantization: an F16 reference against the shipped Q4_1 (with F16 benign and harmful
   variants beside it, for scale).
 
@@ -34,12 +36,13 @@ from gates.common.prompts import load_prompts
 from gates.common.settings import ParityTolerances
 from gates.parity.gate import ParityResult, collect_candidate, judge
 from gates.parity.golden import record_golden_async
-from gates.parity.golden_format import Golden, GoldenSettings
+from gates.parity.golden_format import Golden, GoldenSettings, LongContextSettings
 from sandbox.engines.llamacpp import LlamaServer, ServerOptions, Variant
 
 REPO = Path(__file__).resolve().parents[1]
 PROMPTS = REPO / "manifests" / "prompts" / "smollm2.jsonl"
 REFERENCE = REPO / "manifests" / "prompts" / "reference-long.txt"
+CONTEXT_TOKENS = 2000  # within the servers' default 2048-token window
 
 
 @dataclass(frozen=True)
@@ -58,6 +61,11 @@ Q4_CASES = [
     Case("prompt batch 8", "benign", "q4_1", ServerOptions(n_batch=8)),
     Case("zeroed key band", "harmful", "q4_1-zkb"),
     Case("wrong chat template", "harmful", "q4_1", ServerOptions(chat_format="llama-2")),
+    Case("rotary base x0.5", "harmful", "q4_1", ServerOptions(rope_freq_base=50000.0)),
+    Case("rotary base x2", "harmful", "q4_1", ServerOptions(rope_freq_base=200000.0)),
+    Case("rotary base x0.8", "harmful", "q4_1", ServerOptions(rope_freq_base=80000.0)),
+    Case("rotary scale 0.9", "harmful", "q4_1", ServerOptions(rope_freq_scale=0.9)),
+    Case("context 1024", "harmful", "q4_1", ServerOptions(n_ctx=1024)),
 ]
 F16_CASES = [
     Case("f16: flash attention", "benign", "f16", ServerOptions(flash_attn=True)),
@@ -70,12 +78,11 @@ F16_CASES = [
 @dataclass
 class Row:
     case: Case
-    result: ParityResult  # under the default (same-weights) tolerances
-    quantized: ParityResult  # under the quantized preset
+    result: ParityResult  # under the default tolerances
 
     def figure(self, name: str) -> float | None:
         f = self.result.figures
-        tf = f.teacher_forced
+        tf, lc = f.teacher_forced, f.long_context
         completions = [p for p in f.prompts if p.api == "completions"]
         chats = [p for p in f.prompts if p.api == "chat"]
         values: dict[str, float | None] = {
@@ -95,6 +102,10 @@ class Row:
                 default=0.0,
             ),
             "chat prompts with another template": float(sum(p.template_differs for p in chats)),
+            "long: last quarter mean KL": lc.buckets[-1].kl_mean if lc and lc.buckets else None,
+            "long: last / first quarter": lc.late_to_early if lc else None,
+            "long: trend rho": lc.trend_rho if lc else None,
+            "long: prompts refused": float(bool(lc.refused)) if lc else None,
         }
         return values[name]
 
@@ -108,6 +119,10 @@ CHECKS = [
     "prompts off top-k at divergence",
     "max gap at divergence (nats)",
     "chat prompts with another template",
+    "long: last quarter mean KL",
+    "long: last / first quarter",
+    "long: trend rho",
+    "long: prompts refused",
 ]
 
 
@@ -126,6 +141,7 @@ async def record(server: LlamaServer, top_k: int) -> Golden:
         prompts=load_prompts(PROMPTS),
         reference_text=REFERENCE.read_text(),
         probe_prompt=REFERENCE.read_text(),
+        long_context=LongContextSettings(tokens=CONTEXT_TOKENS),
     )
     return await record_golden_async(server.url, model_id=None, settings=settings)
 
@@ -150,13 +166,12 @@ def run_case(case: Case, golden: Golden, logs: Path) -> Row:
         start = time.perf_counter()
         candidate = asyncio.run(collect_candidate(server.url, golden, model_id=golden.model_id))
     result = judge(golden, candidate, ParityTolerances())
-    quantized = judge(golden, candidate, ParityTolerances(preset="quantized"))
     print(
         f"  {case.name:<28} {case.kind:<12} verdict {result.verdict:<10} "
-        f"(as a quantization: {quantized.verdict}) ({time.perf_counter() - start:.1f} s)",
+        f"({time.perf_counter() - start:.1f} s)",
         flush=True,
     )
-    return Row(case, result, quantized)
+    return Row(case, result)
 
 
 def print_table(title: str, rows: list[Row]) -> None:
@@ -180,14 +195,11 @@ def print_table(title: str, rows: list[Row]) -> None:
             margin = f"{mildest / worst:.1f}x" if worst > 0 else ("inf" if mildest > 0 else "none")
         cells = " | ".join(_fmt(v) for v in values)
         print(f"| {check} | {cells} | {_fmt(worst)} | {_fmt(mildest)} | {margin} |")
-    print("\n| variant | kind | same-weights verdict | deciding finding | as a quantization |")
-    print("|---|---|---|---|---|")
+    print("\n| variant | kind | verdict | deciding finding |")
+    print("|---|---|---|---|")
     for r in rows:
         finding = (r.result.evidence or [r.result.reason])[0].replace("|", "/")[:110]
-        print(
-            f"| {r.case.name} | {r.case.kind} | {r.result.verdict} | {finding} "
-            f"| {r.quantized.verdict} |"
-        )
+        print(f"| {r.case.name} | {r.case.kind} | {r.result.verdict} | {finding} |")
 
 
 def _fmt(value: float | None) -> str:

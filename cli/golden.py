@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
+
+if TYPE_CHECKING:
+    from gates.parity.golden_format import Golden
 
 app = typer.Typer(help="Record and inspect golden reference outputs.", no_args_is_help=True)
 
@@ -27,10 +30,21 @@ def record(
     extensions: Annotated[
         str, typer.Option(help="non-standard endpoints to record too: probes,heads")
     ] = "",
+    context_tokens: Annotated[
+        int,
+        typer.Option(
+            help="long-context probes up to this prompt length (the context the Service is "
+            "used with; capped by the server's); 0: none"
+        ),
+    ] = 2048,
+    context_text: Annotated[
+        Path | None, typer.Option(help="the long text the probes cut (default: built-in)")
+    ] = None,
 ) -> None:
     """Greedy answers (completions and chat turns) with top-k logprobs, the teacher-forced
-    reference text, and the server's probed capabilities; probes and heads on request.
-    With --task-suite: the server's answers to the suite and their scores."""
+    reference text, next-token probes at growing prompt lengths up to --context-tokens, and
+    the server's probed capabilities; probes and heads on request. With --task-suite: the
+    server's answers to the suite and their scores."""
     if (prompts is None) == (task_suite is None):
         typer.echo("error: give --prompts (parity golden) or --task-suite (task scores)", err=True)
         raise typer.Exit(2)
@@ -41,14 +55,25 @@ def record(
     from pydantic import ValidationError
 
     from gates.errors import GateError
-    from gates.parity.golden import record_golden
-    from gates.parity.golden_format import GoldenSettings
+    from gates.parity.golden import read_reference, record_golden
+    from gates.parity.golden_format import GoldenSettings, LongContextSettings
 
     try:
         wanted = [name.strip() for name in extensions.split(",") if name.strip()]
         settings = GoldenSettings(max_tokens=max_tokens, top_k=top_k, extensions=wanted)
     except ValidationError as exc:
         typer.echo(f"error: --extensions {extensions!r}: expected probes and/or heads", err=True)
+        raise typer.Exit(2) from exc
+    try:
+        if context_tokens:
+            text = {"text": read_reference(context_text)} if context_text else {}
+            long = LongContextSettings(tokens=context_tokens, **text)
+            settings = settings.model_copy(update={"long_context": long})
+    except ValidationError as exc:
+        typer.echo(f"error: --context-tokens {context_tokens}: {exc.errors()[0]['msg']}", err=True)
+        raise typer.Exit(2) from exc
+    except GateError as exc:
+        typer.echo(f"error: --context-text: {exc}", err=True)
         raise typer.Exit(2) from exc
     try:
         golden = record_golden(
@@ -63,8 +88,20 @@ def record(
         f"recorded {len(golden.outputs.completions)} prompts ({n_tokens} tokens) from "
         f"{golden.model_id!r} at {url} into {out}; the server {golden.server.summary()}"
     )
+    _echo_long_context(golden)
     for name, why in golden.outputs.not_collected.items():
         typer.echo(f"  not recorded: {name}: {why}")
+
+
+def _echo_long_context(golden: Golden) -> None:
+    long, planned = golden.outputs.long_context, golden.settings.long_context
+    if long is None or planned is None:
+        return
+    reached = long.probes[-1].prompt_tokens if long.probes else 0
+    typer.echo(
+        f"  long context: {len(long.probes)} prompts up to {reached} tokens (asked for "
+        f"{planned.tokens})" + (f"; {planned.capped}" if planned.capped else "")
+    )
 
 
 def _record_task(url: str, suite_file: Path, out: Path, model: str | None) -> None:
@@ -106,6 +143,7 @@ def show(path: Annotated[Path, typer.Argument(help="golden file")]) -> None:
         f"{sum(len(c.steps) for c in outputs.completions)} tokens, "
         f"{len(outputs.reference or [])} teacher-forced positions, top-k {golden.settings.top_k}"
     )
+    _echo_long_context(golden)
     typer.echo(f"  server: {golden.server.summary()}")
     typer.echo(f"  sampling: {golden.settings.sampling}")
     typer.echo(f"  probes: {outputs.probes}")

@@ -120,7 +120,7 @@ class LatencySettings(_Settings):
         return waves * concurrency
 
 
-ParityCheck = Literal["completions", "chat", "teacher_forced", "probes", "heads"]
+ParityCheck = Literal["completions", "chat", "teacher_forced", "probes", "heads", "long_context"]
 
 
 class ParityTolerances(_Settings):
@@ -149,4 +149,15 @@ class ParityTolerances(_Settings):
     top_token_agreement_min: float = Field(0.90, description="share of positions, same argmax")
     log_perplexity_ratio_max: float = Field(
         0.03, description="teacher-forced |log(perplexity ratio)|: within about 3 %"
+    )
+    context_kl_mean_max: float = Field(
+        0.1, description="long context: mean next-token KL (nats) of the longest quarter"
+    )
+    context_kl_rise_max: float = Field(
+        0.003,
+        description="long context: how much the longest quarter's mean KL may exceed the "
+        "shortest's when KL grows with position (at context_trend_alpha)",
+    )
+    context_trend_alpha: float = Field(
+        0.05, description="long context: one-sided significance of KL growing with position"
     )

@@ -16,14 +16,10 @@ import httpx
 from gates.common.prompts import PromptCase
 from gates.errors import ServerError
 from gates.http import api
-from gates.http.capabilities import TOKEN_ID_PREFIX, Capabilities
-from gates.parity.golden_format import (
-    Alternative,
-    Completion,
-    GoldenSettings,
-    ModelOutputs,
-    TokenStep,
-)
+from gates.http.capabilities import Capabilities
+from gates.parity import long_context
+from gates.parity.golden_format import Completion, GoldenSettings, ModelOutputs, TokenStep
+from gates.parity.logprobs import chat_step, parse_completion_logprobs, pieces, step
 
 JsonBody = dict[str, Any]
 EXTENSION_KEYS = {"probes": ("/debug/probes", "probes"), "heads": ("/v1/heads", "heads")}
@@ -58,6 +54,20 @@ async def collect_outputs(
         )
     else:
         missing["teacher_forced"] = "the server returns no prompt logprobs (echo with logprobs)"
+    long = None
+    if settings.long_context is not None and caps.completions_logprobs:
+        long = await long_context.collect(
+            client,
+            model_id=model_id,
+            settings=settings.long_context,
+            top_k=settings.top_k,
+            caps=caps,
+        )
+    elif settings.long_context is not None:
+        missing["long_context"] = (
+            f"long-context probes need completions with logprobs (POST {url}/v1/completions), "
+            f"which {who} does not give: leave long_context out of tolerances.require"
+        )
     extras: dict[str, Any] = {}
     for name in settings.extensions:
         if name in caps.extensions:
@@ -73,6 +83,7 @@ async def collect_outputs(
         reference=reference,
         probes=extras.get("probes"),
         heads=extras.get("heads"),
+        long_context=long,
         not_collected=missing,
     )
 
@@ -133,7 +144,7 @@ async def _chat(
         prompt_id=case.id,
         api="chat",
         text=str((choice.get("message") or {}).get("content") or ""),
-        steps=[_chat_step(entry) for entry in content if isinstance(entry, dict)],
+        steps=[chat_step(entry) for entry in content if isinstance(entry, dict)],
         finish_reason=choice.get("finish_reason"),
         prompt_tokens=_prompt_tokens(payload),
     )
@@ -161,7 +172,7 @@ async def teacher_forced(
     n = sum(1 for o in offsets if o < len(text)) if offsets else _prompt_tokens(payload)
     if not n or len(tokens) < n:
         raise ServerError(f"echo of the reference text returned {len(tokens)} tokens: {payload}")
-    pieces = _pieces(text, offsets[:n], n, tokens, as_ids=caps.token_ids)
+    texts = pieces(text, offsets[:n], n, tokens, as_ids=caps.token_ids)
     steps = []
     for i in range(1, n):
         if caps.echo_alignment == "predicts-next":
@@ -172,88 +183,8 @@ async def teacher_forced(
             top, value = tops[i], values[i]
         if top is None:
             continue  # nothing predicted this position (the first token)
-        steps.append(_step(tokens[i], value, top, pieces[i]))
+        steps.append(step(tokens[i], value, top, texts[i]))
     return steps
-
-
-def parse_completion_logprobs(logprobs: dict[str, Any], text: str) -> list[TokenStep]:
-    """Positions of a completions `logprobs` object (no echo); null positions are skipped.
-
-    `text_offset` counts from the completion (vLLM) or from the prompt (OpenAI's legacy
-    convention, llama.cpp): either way the first token starts the completion, so offsets are
-    taken relative to the first one.
-    """
-    tokens = list(logprobs.get("tokens") or [])
-    values = logprobs.get("token_logprobs") or []
-    tops = logprobs.get("top_logprobs") or [None] * len(tokens)
-    offsets = list(logprobs.get("text_offset") or [])
-    as_ids = bool(tokens) and all(str(t).startswith(TOKEN_ID_PREFIX) for t in tokens)
-    relative = [o - offsets[0] for o in offsets]
-    pieces = _pieces(text, relative, len(tokens), tokens, as_ids=as_ids)
-    return [
-        _step(token, value, top, piece)
-        for token, value, top, piece in zip(tokens, values, tops, pieces, strict=True)
-        if value is not None and top is not None
-    ]
-
-
-def _step(token: str, value: float | None, top: dict[str, float], piece: str | None) -> TokenStep:
-    token_id = _as_id(token)
-    return TokenStep(
-        token_id=token_id,
-        piece=piece if token_id is not None else token,
-        logprob=value,
-        top=[_alternative(key, lp) for key, lp in top.items()],
-    )
-
-
-def _alternative(key: str, logprob: float) -> Alternative:
-    token_id = _as_id(key)
-    return Alternative(
-        token_id=token_id, piece=None if token_id is not None else key, logprob=logprob
-    )
-
-
-def _chat_step(entry: dict[str, Any]) -> TokenStep:
-    token = str(entry.get("token", ""))
-    token_id = _as_id(token)
-    return TokenStep(
-        token_id=token_id,
-        piece=None if token_id is not None else token,
-        bytes=entry.get("bytes"),
-        logprob=entry.get("logprob"),
-        top=[
-            Alternative(
-                token_id=_as_id(str(alt.get("token", ""))),
-                piece=None if _as_id(str(alt.get("token", ""))) is not None else alt.get("token"),
-                bytes=alt.get("bytes"),
-                logprob=float(alt["logprob"]),
-            )
-            for alt in entry.get("top_logprobs") or []
-            if isinstance(alt, dict) and alt.get("logprob") is not None
-        ],
-    )
-
-
-def _as_id(token: str) -> int | None:
-    """`token_id:N` -> N (vLLM's `return_tokens_as_token_ids`); None for token text."""
-    if not token.startswith(TOKEN_ID_PREFIX):
-        return None
-    try:
-        return int(token.removeprefix(TOKEN_ID_PREFIX))
-    except ValueError:
-        return None
-
-
-def _pieces(
-    text: str, offsets: list[int], n: int, tokens: list[str], *, as_ids: bool
-) -> list[str | None]:
-    if not as_ids:
-        return [str(t) for t in tokens[:n]]
-    if not offsets or len(offsets) != n or not text:
-        return [None] * n
-    ends = [*offsets[1:], len(text)]
-    return [text[start:end] for start, end in zip(offsets, ends, strict=True)]
 
 
 def _prompt_tokens(payload: dict[str, Any]) -> int | None:

@@ -305,7 +305,7 @@ def compare_teacher_forced(
     ]
     kl_along, overlap_along = along(tops)
     kls = np.array([k for k in kl_along if k is not None])
-    agree = [max(g, key=g.__getitem__) == max(c, key=c.__getitem__) for g, c in tops]
+    agree = [same_argmax(g, c) for g, c in tops]
     gaps = [
         g.logprob - c.logprob
         for g, c in zip(golden, candidate, strict=True)
@@ -321,6 +321,15 @@ def compare_teacher_forced(
         perplexity_ratio=float(math.exp(np.mean(gaps))) if gaps else None,
         kl_along=kl_along,
         top_overlap_along=overlap_along,
+    )
+
+
+def same_argmax(golden_top: dict[str, float], candidate_top: dict[str, float]) -> bool:
+    """Both sides' most likely token is the same (False when a side listed none)."""
+    if not (golden_top and candidate_top):
+        return False
+    return max(golden_top, key=golden_top.__getitem__) == max(
+        candidate_top, key=candidate_top.__getitem__
     )
 
 

@@ -17,6 +17,7 @@ from gates.common.settings import ParityCheck, ParityTolerances
 from gates.errors import ServerError
 from gates.http import api
 from gates.http.capabilities import Capabilities, discover
+from gates.parity import long_context
 from gates.parity.collect import collect_outputs
 from gates.parity.compare import (
     compare_completion,
@@ -130,6 +131,15 @@ def compare_outputs(
             not_compared["heads"] = "candidate: " + candidate.not_collected.get("heads", "none")
         else:
             heads = compare_heads(reference.heads, candidate.heads)
+    long = None
+    if reference.long_context is not None and golden.settings.long_context is not None:
+        if candidate.long_context is None:
+            why = candidate.not_collected.get("long_context", "not collected")
+            not_compared["long_context"] = f"candidate: {why}"
+        else:
+            long = long_context.compare(
+                reference.long_context, candidate.long_context, golden.settings.long_context
+            )
     return ParityFigures(
         golden_model=golden.model_id,
         candidate_model=candidate_model,
@@ -139,6 +149,7 @@ def compare_outputs(
         teacher_forced_compared=reference.reference is not None and candidate.reference is not None,
         probes=probes,
         heads=heads,
+        long_context=long,
         not_compared=not_compared,
     )
 
@@ -153,6 +164,8 @@ def held_checks(golden: Golden) -> list[ParityCheck]:
         held.append("probes")
     if outputs.heads is not None:
         held.append("heads")
+    if outputs.long_context is not None:
+        held.append("long_context")
     return held
 
 

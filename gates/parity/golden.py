@@ -10,6 +10,7 @@ from gates.common.prompts import load_prompts
 from gates.errors import GoldenError
 from gates.http import api
 from gates.http.capabilities import discover
+from gates.parity import long_context
 from gates.parity.collect import collect_outputs
 from gates.parity.golden_format import Golden, GoldenSettings
 
@@ -56,6 +57,15 @@ async def record_golden_async(
         resolved = await api.resolve_model_id(client, model_id)
         caps = await discover(client, resolved, extensions=tuple(settings.extensions))
         settings = settings.model_copy(update={"sampling": caps.greedy_sampling()})
+        if settings.long_context is not None and caps.completions_logprobs:
+            planned = await long_context.plan(
+                client,
+                model_id=resolved,
+                settings=settings.long_context,
+                top_k=settings.top_k,
+                caps=caps,
+            )
+            settings = settings.model_copy(update={"long_context": planned})
         outputs = await collect_outputs(client, model_id=resolved, settings=settings, caps=caps)
     if not outputs.completions and outputs.reference is None:
         raise GoldenError(

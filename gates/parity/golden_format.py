@@ -8,6 +8,7 @@ probed capabilities travel with the outputs: parity compares what both sides off
 
 from __future__ import annotations
 
+from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
@@ -53,6 +54,34 @@ class Completion(BaseModel):
     prompt_tokens: int | None = Field(None, description="usage.prompt_tokens: the template's")
 
 
+def default_text() -> str:
+    """The built-in long text (about 2,700 tokens of plain English narrative)."""
+    return resources.files("gates.parity").joinpath("long_context.txt").read_text()
+
+
+class LongContextSettings(BaseModel):
+    tokens: int = Field(
+        2048, ge=16, description="prompt length the last probe aims at (the Service's context)"
+    )
+    probes: int = Field(48, ge=8, description="prompts, geometrically spaced in length")
+    text: str = Field(default_factory=default_text, description="the prompts are its prefixes")
+    points: list[int] = Field(
+        default_factory=list, description="characters of text each probe sends; set when recorded"
+    )
+    capped: str | None = Field(None, description="why the probes reach fewer than `tokens`")
+
+
+class ContextProbe(BaseModel):
+    chars: int
+    prompt_tokens: int | None = None
+    step: TokenStep | None = Field(None, description="None: the answer had no logprobs")
+
+
+class LongContextOutputs(BaseModel):
+    probes: list[ContextProbe]
+    refused: str | None = Field(None, description="the first prompt refused, and the answer")
+
+
 class ModelOutputs(BaseModel):
     """Everything parity compares, as one server produced it."""
 
@@ -62,6 +91,7 @@ class ModelOutputs(BaseModel):
     )
     probes: dict[str, float] | None = Field(None, description="None: not asked for or served")
     heads: dict[str, str] | None = Field(None, description="None: not asked for or served")
+    long_context: LongContextOutputs | None = Field(None, description="None: not asked for")
     not_collected: dict[str, str] = Field(
         default_factory=dict, description="what this server could not give, and why"
     )
@@ -78,6 +108,9 @@ class GoldenSettings(BaseModel):
     )
     sampling: dict[str, Any] = Field(
         default_factory=dict, description="the sampling fields every request sent"
+    )
+    long_context: LongContextSettings | None = Field(
+        None, description="next-token probes deep into a long prompt; None: not recorded"
     )
 
 

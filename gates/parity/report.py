@@ -12,6 +12,7 @@ from gates.common.result import Figures
 from gates.common.settings import ParityCheck, ParityTolerances
 from gates.http.capabilities import Capabilities
 from gates.parity.compare import HeadCheck, ProbeCheck, PromptParity, TeacherForcedFigures
+from gates.parity.long_context import LongContextFigures
 
 MAX_DIVERGENCE_ROWS = 20
 DIVERGENCE_HEADER = (
@@ -31,6 +32,7 @@ class ParityFigures(Figures):
     teacher_forced_compared: bool = Field(False, description="both sides scored the text")
     probes: list[ProbeCheck] = Field(default_factory=list)
     heads: list[HeadCheck] = Field(default_factory=list)
+    long_context: LongContextFigures | None = None
     not_compared: dict[str, str] = Field(default_factory=dict, description="and why")
     golden_server: Capabilities | None = None
     candidate_server: Capabilities | None = None
@@ -43,6 +45,8 @@ class ParityFigures(Figures):
             found.append("probes")
         if self.heads:
             found.append("heads")
+        if self.long_context is not None:
+            found.append("long_context")
         return found
 
     @property
@@ -63,6 +67,7 @@ class ParityFigures(Figures):
         ]
         found += self._teacher_forced_failures(tolerances)
         found += self._generated_failures(tolerances)
+        found += _long_context_failures(self.long_context, tolerances)
         found += [
             f"probe {c.name}: golden {c.golden:.6g}, candidate {c.candidate}, relative "
             f"error {c.relative_error} above {tolerances.probe_rel_tol}"
@@ -137,7 +142,8 @@ class ParityFigures(Figures):
         for side, caps in (("Golden", self.golden_server), ("Candidate", self.candidate_server)):
             if caps is not None:
                 lines.append(f"{side} server {caps.summary()}.")
-        lines += self._divergence_table() + self._teacher_forced_lines() + self._check_table()
+        lines += self._divergence_table() + self._teacher_forced_lines()
+        lines += _long_context_lines(self.long_context) + self._check_table()
         if self.not_compared:
             lines += ["", "**Not compared**", ""]
             lines += [f"- {name}: {why}" for name, why in self.not_compared.items()]
@@ -185,6 +191,72 @@ class ParityFigures(Figures):
             f"| head {h.name} | {h.golden} | {h.candidate} | {_ok(h.passed)} |" for h in self.heads
         ]
         return out
+
+
+def _long_context_failures(
+    figures: LongContextFigures | None, tolerances: ParityTolerances
+) -> list[str]:
+    """A prompt refused that the golden's server answered; KL too high deep in the context;
+    KL that grows with position (significantly, and by more than the set rise: a benign
+    change stays flat, a position-dependent one rises from nothing at the first tokens)."""
+    if figures is None:
+        return []
+    if figures.refused:
+        return [
+            f"long context: the candidate refused {figures.refused}, which the golden's server "
+            "answered: its context is shorter than the one the Service is used with"
+        ]
+    if not figures.buckets:
+        return [
+            "long context: the candidate's answers cannot be compared with the golden's "
+            "(no logprobs, or another tokeniser)"
+        ]
+    late, found = figures.buckets[-1], []
+    where = f"prompts of {late.first_token}-{late.last_token} tokens"
+    if late.kl_mean > tolerances.context_kl_mean_max:
+        found.append(
+            f"long context: mean next-token KL {late.kl_mean:.3g} over {where}, above "
+            f"{tolerances.context_kl_mean_max}"
+        )
+    rise, p = figures.rise, figures.trend_p
+    grows = p is not None and p <= tolerances.context_trend_alpha
+    if grows and rise is not None and rise > tolerances.context_kl_rise_max:
+        found.append(
+            f"long context: KL grows with position (Spearman rho {figures.trend_rho:.2f}, "
+            f"p {p:.3g}): {late.kl_mean:.3g} over {where}, {rise:.3g} above the shortest "
+            f"quarter's {figures.buckets[0].kl_mean:.3g} (at most "
+            f"{tolerances.context_kl_rise_max})"
+        )
+    return found
+
+
+def _long_context_lines(figures: LongContextFigures | None) -> list[str]:
+    if figures is None:
+        return []
+    lines = [
+        "",
+        f"Long context ({figures.n_probes} prompts up to {figures.reached_tokens} tokens"
+        + (f"; {figures.capped}" if figures.capped else "")
+        + "):",
+    ]
+    if figures.refused:
+        return [*lines, f"the candidate refused {figures.refused}."]
+    lines += [
+        "",
+        "| prompt tokens | prompts | mean KL | top-token agreement |",
+        "|---|---|---|---|",
+    ]
+    lines += [
+        f"| {b.first_token}-{b.last_token} | {b.n} | {b.kl_mean:.3g} | "
+        f"{b.top_token_agreement:.0%} |"
+        for b in figures.buckets
+    ]
+    if figures.trend_rho is not None:
+        lines.append(
+            f"\nTrend of KL with position: Spearman rho {figures.trend_rho:.2f}, one-sided "
+            f"p {figures.trend_p:.3g}."
+        )
+    return lines
 
 
 def _lp(logprob: float | None) -> str:

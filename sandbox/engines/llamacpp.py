@@ -135,6 +135,9 @@ class ServerOptions(BaseModel):
     flash_attn: bool | None = None
     chat_format: str | None = None  # None: the template the GGUF carries
     seed: int | None = None
+    # Rotary position embedding overrides (None: the GGUF's): position-dependent changes.
+    rope_freq_base: float | None = None
+    rope_freq_scale: float | None = None
     # The server's default aborts a running stream when a new request comes; queue instead.
     interrupt_requests: bool = False
 
@@ -156,6 +159,12 @@ class ServerOptions(BaseModel):
             out += ["--chat_format", self.chat_format]
         if self.seed is not None:
             out += ["--seed", str(self.seed)]
+        for flag, value in (
+            ("--rope_freq_base", self.rope_freq_base),
+            ("--rope_freq_scale", self.rope_freq_scale),
+        ):
+            if value is not None:
+                out += [flag, repr(value)]
         return out
 
 

@@ -22,8 +22,8 @@ from typer.testing import CliRunner
 from cli import app
 from gates.common.settings import ParityTolerances
 from gates.parity.gate import Candidate, collect_candidate, judge
-from gates.parity.golden import record_golden
-from gates.parity.golden_format import Golden
+from gates.parity.golden import record_golden, record_golden_async
+from gates.parity.golden_format import Golden, GoldenSettings, LongContextSettings
 from sandbox.engines.llamacpp import ServerOptions, ServerPool, Variant
 from tests.gates.conftest import REPO
 
@@ -199,3 +199,37 @@ def test_f16_to_q4_1_passes_and_its_zeroed_key_band_fails(llamacpp: ServerPool) 
     assert tf is not None and tf.kl_mean > 0  # not the same model: a measured distance
     broken = judge(golden, found["q4_1-zkb"], ParityTolerances())
     assert broken.passed is False, broken.markdown()
+
+
+# Long context: prompts cut from one long text at growing lengths. A benign numeric change
+# (flash attention) stays flat; a rotary base half the model's (a position-dependent change
+# whose short-text teacher-forced figures pass) rises with position; a context window of
+# 1024 tokens refuses the prompts the 2048-token golden server answered.
+LONG: Variants = {
+    "restarted": ("q4_1", ServerOptions()),
+    "flash-attention": ("q4_1", ServerOptions(flash_attn=True)),
+    "rotary-base-half": ("q4_1", ServerOptions(rope_freq_base=50000.0)),
+    "context-1024": ("q4_1", ServerOptions(n_ctx=1024)),
+}
+
+
+def long_context_findings(golden: Golden, candidate: Candidate) -> list[str]:
+    result = judge(golden, candidate, ParityTolerances(require=["long_context"]))
+    assert result.figures.long_context is not None, result.markdown()
+    return [f for f in result.evidence if f.startswith("long context")]
+
+
+def test_long_context_parity_fails_position_dependent_changes_only(llamacpp: ServerPool) -> None:
+    settings = GoldenSettings(prompts=[], long_context=LongContextSettings(tokens=2000))
+    server = llamacpp.get("q4_1")
+    golden = asyncio.run(record_golden_async(server.url, model_id=None, settings=settings))
+    long = golden.outputs.long_context
+    assert long is not None and long.probes
+    assert 1900 <= (long.probes[-1].prompt_tokens or 0) <= 2000
+    found = collect_all(llamacpp, golden, LONG)
+    assert long_context_findings(golden, found["restarted"]) == []
+    assert long_context_findings(golden, found["flash-attention"]) == []
+    rotary = long_context_findings(golden, found["rotary-base-half"])
+    assert any("grows with position" in f for f in rotary), rotary
+    short = long_context_findings(golden, found["context-1024"])
+    assert short and "context is shorter" in short[0] and "1024 tokens" in short[0], short

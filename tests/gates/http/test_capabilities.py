@@ -5,7 +5,7 @@ position i) and where completions `text_offset` counts from."""
 from __future__ import annotations
 
 from gates.http.capabilities import echo_alignment
-from gates.parity.collect import parse_completion_logprobs
+from gates.parity.logprobs import parse_completion_logprobs
 
 PROMPT = "1 2 3 4 5 6"
 TOKENS = ["1", " 2", " 3", " 4", " 5", " 6"]
