@@ -150,6 +150,12 @@ class ParityTolerances(_Settings):
     log_perplexity_ratio_max: float = Field(
         0.03, description="teacher-forced |log(perplexity ratio)|: within about 3 %"
     )
+    context_tokens: int | None = Field(
+        None,
+        ge=16,
+        description="the prompt length the Service is used with: long-context probes that "
+        "reach less (and not for the golden server's own limit) give no verdict; None: any",
+    )
     context_kl_mean_max: float = Field(
         0.1, description="long context: mean next-token KL (nats) of the longest quarter"
     )

@@ -29,6 +29,7 @@ from gates.parity.golden_format import Golden, ModelOutputs
 from gates.parity.report import ParityFigures
 
 ParityResult = GateResult[ParityFigures]
+CONTEXT_REACHED = 0.9  # word-bounded prompts land a little short of the tokens asked for
 REQUEST_TIMEOUT_S = 600.0  # as RECORD_TIMEOUT_S: one echo of the reference text
 
 
@@ -190,6 +191,8 @@ def _result(figures: ParityFigures, tolerances: ParityTolerances, golden: Golden
             f"no verdict: required comparison(s) {', '.join(missing) or 'any'} could not be "
             "made (" + "; ".join(why or unseen[:3] or ["nothing to compare"]) + ")"
         )
+    elif short := context_shortfall(figures, tolerances, golden):
+        passed, reason = None, f"no verdict: {short}"
     else:
         passed = True
         reason = f"{tokens}; compared {', '.join(figures.compared_checks())}, all within tolerance"
@@ -199,6 +202,29 @@ def _result(figures: ParityFigures, tolerances: ParityTolerances, golden: Golden
         reason=reason,
         figures=figures,
         evidence=findings + [d for d in divergences if d not in findings] + unseen,
+    )
+
+
+def context_shortfall(
+    figures: ParityFigures, tolerances: ParityTolerances, golden: Golden
+) -> str | None:
+    """Why the long-context probes did not reach the context the spec says the Service is
+    used with (`context_tokens`); None when they did, or when the golden's server itself
+    took no longer prompt (its context is the Service's limit)."""
+    wanted = tolerances.context_tokens
+    if wanted is None:
+        return None
+    planned = golden.settings.long_context
+    if planned is not None and (planned.capped or "").startswith("the server refused"):
+        return None
+    reached = figures.long_context.reached_tokens if figures.long_context else None
+    if reached is not None and reached >= wanted * CONTEXT_REACHED:
+        return None
+    return (
+        f"the Service is used with {wanted}-token prompts (context_tokens) but the "
+        f"long-context comparison reached {reached or 0} tokens"
+        + (f" ({planned.capped})" if planned and planned.capped else "")
+        + f"; record the golden with `handoff golden record --context-tokens {wanted}`"
     )
 
 

@@ -7,11 +7,16 @@ from __future__ import annotations
 import math
 
 from gates.common.settings import ParityTolerances
+from gates.http.capabilities import Capabilities
+from gates.parity.gate import context_shortfall
 from gates.parity.golden_format import (
     Alternative,
     ContextProbe,
+    Golden,
+    GoldenSettings,
     LongContextOutputs,
     LongContextSettings,
+    ModelOutputs,
     TokenStep,
     default_text,
 )
@@ -91,3 +96,32 @@ def test_a_prompt_refused_that_the_golden_answered_fails() -> None:
     failures = figures.failures(ParityTolerances())
     assert failures and "context is shorter" in failures[0], failures
     assert "refused a prompt of 640 characters" in figures.markdown()
+
+
+def golden_with(capped: str | None) -> Golden:
+    planned = LongContextSettings(text=TEXT, capped=capped)
+    return Golden(
+        model_id="m",
+        source_url="u",
+        recorded_at="now",
+        server=Capabilities(model_ids=["m"], completions=True, chat=False),
+        settings=GoldenSettings(long_context=planned),
+        outputs=ModelOutputs(completions=[]),
+    )
+
+
+def test_probes_short_of_the_services_context_give_no_pass() -> None:
+    figures = figures_for([0.01] * 32)  # reaches 310 tokens
+    wanted = ParityTolerances(context_tokens=2048)
+    why = context_shortfall(figures, wanted, golden_with(None))
+    assert why and "reached 310 tokens" in why and "--context-tokens 2048" in why
+    assert (
+        context_shortfall(figures, ParityTolerances(context_tokens=320), golden_with(None)) is None
+    )
+    assert context_shortfall(figures, ParityTolerances(), golden_with(None)) is None
+    # the golden's own server took no longer prompt: that is the Service's context
+    refused = golden_with("the server refused 9000 characters (too long)")
+    assert context_shortfall(figures, wanted, refused) is None
+    assert "the text ends there" in (
+        context_shortfall(figures, wanted, golden_with("the text ends there")) or ""
+    )
