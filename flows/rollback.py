@@ -122,15 +122,14 @@ def rollback(
             if candidate not in kept and not _routes_to_candidate(kube, spec, ledger):
                 _undo_candidate(kube, spec, ledger)
     elif candidate in kept:
-        # Not pinned: nothing would lift a pin left behind, and the live Deployment's
-        # next rollout would leave it selecting no pod. The cause says both are served.
+        # The kept candidate's pods may match the snapshot selector: then the Service
+        # stays pinned to the live pods (never two versions at once), and the cause says
+        # how to lift the pin, which nothing here will do once the rollback has ended.
         with _noted(problems):
-            _move_selector(kube, spec, ledger, ledger.snapshot.selector)
-            if _routes_to_candidate(kube, spec, ledger):
-                problems.append(
-                    f"the Service selects the pods of the kept {candidate} as well as the "
-                    "live ones until a person removes it or changes its labels"
-                )
+            pinned = _pinned_to_restored(kube, spec, ledger, problems)
+            _move_selector(kube, spec, ledger, pinned or ledger.snapshot.selector)
+            if pinned:
+                problems.append(_pin_left(spec, candidate, pinned))
     else:
         _restore_selector_then_candidate(kube, spec, ledger, problems, drains)
     with _noted(problems):
@@ -162,6 +161,17 @@ def restore_workloads(
             with _noted(problems):
                 _restore_workload(kube, spec, workload, problems)
     return problems
+
+
+def _pin_left(spec: HandoffSpec, candidate: str, pinned: dict[str, str]) -> str:
+    where = f"-n {spec.namespace} service {spec.service}"
+    return (
+        f"the Service stays pinned to {pinned} (the live pods) while pods of the kept "
+        f"{candidate} match its selector; once they are gone or relabelled, and before any "
+        f"rollout of the live Deployment (which would leave it selecting no pod), lift "
+        f"the pin: `kubectl patch {where} --type=json -p "
+        """'[{"op":"remove","path":"/spec/selector/pod-template-hash"}]'`"""
+    )
 
 
 def _routes_to_candidate(kube: Kube, spec: HandoffSpec, ledger: Ledger) -> bool:

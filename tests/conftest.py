@@ -33,11 +33,21 @@ def pytest_configure(config: pytest.Config) -> None:
     configure(config)
 
 
+SEEDED_TIMEOUT_S = 600  # seeding, a handoff and the namespace's removal, on a loaded machine
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Test files longest first, as last recorded (tests/schedule.py)."""
+    """Test files longest first, as last recorded (tests/schedule.py). A test on a seeded
+    namespace gets SEEDED_TIMEOUT_S unless it names its own: the default 300 s covers
+    its setup, call and teardown together, and 74 s of seeding, a 222 s handoff and a
+    namespace removal outran it on a loaded machine."""
     from tests.schedule import longest_first, recorded
 
     longest_first(items, recorded())
+    for item in items:
+        fixtures = getattr(item, "fixturenames", ())
+        if "seeded" in fixtures and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(SEEDED_TIMEOUT_S))
 
 
 @pytest.fixture(autouse=True)

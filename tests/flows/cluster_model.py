@@ -817,7 +817,8 @@ class Handoff:
 
             yield from noted(keep_service)
         elif candidate in kept:
-            yield from noted(lambda: self._move_selector(ledger, ledger.snapshot.selector))
+            target = self._pinned_to_restored(ledger) or ledger.snapshot.selector
+            yield from noted(lambda: self._move_selector(ledger, target))
         else:
             yield from noted(lambda: self._selector_then_candidate(ledger))
         self.r.ledger = c.save_ledger(ledger.to(Phase.ROLLED_BACK, cause=cause[:200]))

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -210,10 +209,7 @@ class HandoffMachine(RuleBasedStateMachine):
             self.handoff.skip_next_check = True
         self._person(f"selector {to}")
 
-    # With shared labels, a person's edit of the candidate makes the rollback route to
-    # both workloads: the known I2 counterexample below, kept out of the machine so it
-    # can look for others.
-    @precondition(lambda self: CANDIDATE in self.c.workloads and not self.shared)
+    @precondition(lambda self: CANDIDATE in self.c.workloads)
     @rule(replicas=st.integers(0, 3), rare=RARE)
     def person_scales_candidate(self, replicas: int, rare: int) -> None:
         if rare:
@@ -223,7 +219,7 @@ class HandoffMachine(RuleBasedStateMachine):
             candidate.scale(replicas)
             self._person(f"scale {CANDIDATE} to {replicas}")
 
-    @precondition(lambda self: CANDIDATE in self.c.workloads and not self.shared)
+    @precondition(lambda self: CANDIDATE in self.c.workloads)
     @rule(rare=RARE)
     def person_sets_candidate_image(self, rare: int) -> None:
         """`kubectl set image`: the revision label stays; a rolling update keeps the
@@ -311,30 +307,29 @@ TestHandoffModel.settings = settings(
 )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="I2 counterexample in flows/rollback.py (rollback's `elif candidate in kept` "
-    "branch): the candidate a person edited is kept, and the Service is moved back to "
-    "the snapshot selector, which its pods match: two workloads are served",
-)
-def test_rollback_keeping_an_edited_candidate_serves_two_workloads() -> None:
+def test_rollback_keeping_an_edited_candidate_never_serves_two_workloads() -> None:
     """Candidate pods match the live selector (the plan pinned it). The run is killed in
     the warm-up with one candidate pod Ready; a person scales the candidate; the rerun's
-    drift check stops the handoff and the rollback, leaving the edited candidate as it is,
-    moves the Service from the pin back to {app: svc}: old and cand pods together."""
+    drift check stops the handoff and the rollback leaves the edited candidate as it is.
+    The Service stays pinned to the live pods (moving it back to {app: svc} would route
+    to old and candidate pods together), and the cause says how to lift the pin."""
     m = HandoffMachine()
     m.setup(shared=True)
     m.start_a_run()
-    m.run_on(steps=6)  # started, pinned, applied, APPLIED, candidate to its preview
+    # started, pinned, applied, APPLIED, the candidate to its preview size
+    m.run_on(steps=6, time_passes=False)
     m.crash(rare=0)
     m.start_a_run()
     m.time_passes()  # the preview pod is Ready (not selected: the Service is pinned)
     candidate = m.c.workloads[CANDIDATE]
     candidate.scale(2)  # a person's `kubectl scale`, outside the machine's rules
-    m.run_on(steps=2)  # drift: PersonEdited(Deployment cand) -> rollback
+    m.run_on(steps=40, time_passes=True)  # drift: PersonEdited(Deployment cand) -> rollback
     assert m.c.ledger() is not None
     assert not m.c.violations, m.c.violations
     assert len(m.c.endpoints()) <= 1, m.c.endpoints()
+    ledger = m.c.ledger()
+    assert ledger is not None and ledger.phase is Phase.ROLLED_BACK, m.trace
+    assert "pod-template-hash" in m.c.selector, m.c.selector
 
 
 def test_a_candidate_scaled_to_zero_during_the_retirement_is_not_called_done() -> None:

@@ -299,3 +299,27 @@ def _selectors_while_twin_runs(kube: Kube, namespace: str) -> Iterator[list[_Sam
         thread.join()
         if failed:
             raise failed[0]
+
+
+def test_a_rollback_keeping_a_twin_a_person_scaled_stays_pinned_to_the_live_pods(
+    kube: Kube, seeded: str, spare_gpus: str, handoff_env: dict[str, str], tmp_path: Path
+) -> None:
+    # A person scales the twin during the handoff: the rollback leaves it as edited, so its
+    # pods keep running with the live label. The live selector would route to both
+    # versions (the invariant monitor's I2): the Service stays on the pin, and the ledger
+    # says how to lift it.
+    spec = load_spec_as_run(spec_in(seeded, "coder-14b-fp16", tmp_path), handoff_env)
+    run = start_or_resume(kube, spec, make_plan(kube, spec), run_id="pin-kept-test")
+    assert run.twin and run.ledger.pin, run.ledger
+    apply_at_zero(run, None)
+    wait_candidate_ready(run, 1)
+    twin = run.candidate_name
+    kube.apps.patch_namespaced_deployment_scale(twin, seeded, {"spec": {"replicas": 2}})
+    edited = [c.object for c in drift.observe(run)]
+    assert edited == [f"Deployment {twin}"], edited
+    ledger = rollback(kube, spec, cause="a person scaled the candidate", leave=edited)
+    assert ledger is not None and ledger.phase == "rolled-back", ledger
+    assert service(kube, seeded, "coder-predictor").spec.selector == run.ledger.pin
+    assert ledger.cause and "lift the pin" in ledger.cause, ledger.cause
+    kept = kube.apps.read_namespaced_deployment(twin, seeded)
+    assert kept.spec.replicas == 2, "the person's edit was undone"

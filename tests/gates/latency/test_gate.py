@@ -33,9 +33,12 @@ def test_identical_candidate_is_never_failed_and_its_tpot_is_shown_within(
     With these few samples on a loaded 2-core machine the p99 ITL (at 1 stream about the
     largest of 88 gaps) and, at 4 streams, TTFT and throughput drawn from 4 rounds have
     intervals too wide to show that: such a level has no verdict, never a fail, and says
-    why; TPOT at 1 stream is shown within its margin every time."""
+    why; TPOT at 1 stream is shown within its margin (on a quiet machine every time; a
+    burst of other work can widen its interval past the margin by a hair, 1.0519 seen with
+    two suites at once, and that run then has no verdict, never a pass)."""
     baseline = model_server(PROFILE, *HALF_TIME)
     candidate = model_server(PROFILE, *HALF_TIME, "--model-id", "twin")
+    shown_within = []
     for _ in range(3):
         result = run_latency(candidate.url, baseline.url, SMALL)
         assert result.passed is not False, result.markdown()
@@ -46,7 +49,11 @@ def test_identical_candidate_is_never_failed_and_its_tpot_is_shown_within(
             assert all("To decide:" in why for why in level.undecided)
         one = result.figures.levels[0]
         tpot = next(c for c in one.comparisons if c.metric == "tpot")
-        assert tpot.ratio_high is not None and tpot.ratio_high <= tpot.margin, tpot.reason
+        assert tpot.ratio_high is not None, tpot.reason
+        within = tpot.ratio_high <= tpot.margin
+        assert within or one.passed is None, (tpot.reason, one.undecided)
+        shown_within.append(within)
+    assert any(shown_within), "TPOT at 1 stream was never shown within its margin"
 
 
 # Enough requests that bursts of other work (load 4-5 on 2 cores) landing on a few baseline
