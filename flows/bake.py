@@ -19,7 +19,6 @@ and says so. A pass goes on to the retirement.
 from __future__ import annotations
 
 import contextlib
-import re
 import time
 from typing import Any
 
@@ -36,35 +35,14 @@ from flows.kube.portforward import Forward, pod_forward
 from flows.run import HandoffRun
 from flows.spec import BakeSpec
 from flows.warm import candidate_selector
+from gates.http.counters import request_counts
 from gates.parity.golden_format import Golden
 
-GENERATION_ROUTES = frozenset({"/v1/chat/completions", "/v1/completions"})
 ASK_S = 5.0  # one /metrics answer
-_SAMPLE = re.compile(r"^([A-Za-z_:][\w:]*)(?:\{(.*)\})?\s+(\S+)")
-_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 
 
 class BakeBreached(PermanentError):
     """The candidate breached the spec's bake SLOs; the Service is back on the old pods."""
-
-
-def request_counts(text: str) -> tuple[int, int] | None:
-    """(answers, 5xx answers) of the generation routes from a Prometheus text page's
-    `http_requests_total`, or None when the page has no such counter."""
-    found, answers, errors = False, 0.0, 0.0
-    for line in text.splitlines():
-        match = _SAMPLE.match(line)
-        if match is None or match.group(1) != "http_requests_total":
-            continue
-        found = True
-        labels = dict(_LABEL.findall(match.group(2) or ""))
-        if labels.get("handler") not in GENERATION_ROUTES:
-            continue
-        with contextlib.suppress(ValueError):
-            value = float(match.group(3))
-            answers += value
-            errors += value if labels.get("status", "").startswith("5") else 0.0
-    return (int(answers), int(errors)) if found else None
 
 
 def way_back(run: HandoffRun) -> tuple[str | None, str]:

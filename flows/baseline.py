@@ -41,10 +41,36 @@ class PodIdentity(BaseModel):
     deployment: str | None
     revision: str | None
     port: int
+    node: str | None = None
+    gpus: int = 0
 
     def describe(self) -> str:
         owner = f"ReplicaSet `{self.replica_set}` (revision {self.revision or '?'})"
-        return f"pod `{self.pod}` of {owner} of Deployment `{self.deployment}`, port {self.port}"
+        where = f"node `{self.node}`" if self.node else "no node yet"
+        return (
+            f"pod `{self.pod}` of {owner} of Deployment `{self.deployment}`, port {self.port}, "
+            f"on {where} ({self.gpus} GPU{'' if self.gpus == 1 else 's'})"
+        )
+
+
+def describe_design(baseline: PodIdentity, candidate: PodIdentity) -> str:
+    """Which measurement design ran and why it suits where the two pods are: the latency
+    gate alternates its rounds (never both sides loaded at once), which is what two pods on
+    one node need, since they share its CPUs, memory bandwidth and PCIe."""
+    alternating = "alternating rounds, never both sides under load at once"
+    if baseline.node is None or candidate.node is None:
+        return f"{alternating}; where one of the pods runs is not known"
+    if baseline.node == candidate.node:
+        return (
+            f"{alternating}: both pods run on node `{baseline.node}` ({baseline.gpus} + "
+            f"{candidate.gpus} GPUs requested; which devices each got is not visible through "
+            "the API), so overlapping rounds would slow each other"
+        )
+    return (
+        f"{alternating}; the pods run on different nodes (`{baseline.node}`, "
+        f"`{candidate.node}`), so only drift on the cluster is shared, and alternation "
+        "spreads it over both"
+    )
 
 
 def decide_baseline_pod(
@@ -122,7 +148,13 @@ def find_baseline(
         return None
     rs, pod = found
     return PodIdentity(
-        pod=pod.name, replica_set=rs.name, deployment=fresh.name, revision=rs.revision, port=port
+        pod=pod.name,
+        replica_set=rs.name,
+        deployment=fresh.name,
+        revision=rs.revision,
+        port=port,
+        node=pod.node,
+        gpus=pod.gpus,
     )
 
 
@@ -136,6 +168,8 @@ def identify_pod(kube: Kube, namespace: str, pod: str, port: int) -> PodIdentity
         deployment=owner.owner if owner else None,
         revision=owner.revision if owner else None,
         port=port,
+        node=snapshot.node,
+        gpus=snapshot.gpus,
     )
 
 

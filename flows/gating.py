@@ -22,6 +22,7 @@ from flows.baseline import (
     PodIdentity,
     check_distinct,
     compute_live_port,
+    describe_design,
     find_baseline,
     identify_pod,
 )
@@ -220,6 +221,9 @@ def _summary(
         sides = f"**Candidate:** {candidate.describe()}  \n**Baseline:** " + (
             baseline.describe() if baseline else "none (SLOs only)"
         )
+        if baseline is not None:
+            sides += f"  \n**Design:** {describe_design(baseline, candidate)}"
+            figures["shared_node"] = baseline.node is not None and baseline.node == candidate.node
     return GateSummary(
         name=result.name,
         verdict=result.verdict,

@@ -97,6 +97,13 @@ class LatencySettings(_Settings):
     bootstrap_resamples: int = 2000
     min_samples: int = Field(5, description="fewer successful requests a side: no verdict")
     max_failed_fraction: float = Field(0.0, description="share of failed requests tolerated")
+    max_baseline_others_share: float = Field(
+        0.1,
+        ge=0,
+        description="a baseline that generates more for others (the Service's clients) while "
+        "measured than this share of what it generates for the gate is loaded, which "
+        "flatters the candidate: its comparisons give no verdict (a regression still fails)",
+    )
 
     def looks(self) -> list[int]:
         """After which rounds a level's verdict is checked: every `min_rounds` rounds and

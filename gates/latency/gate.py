@@ -25,10 +25,12 @@ from gates.http.client import CHAT_PATH, COMPLETIONS_PATH
 from gates.latency.cell import CellFigures, CellSamples, summarise_cell
 from gates.latency.compare import compare_cells
 from gates.latency.load import Api, RequestShape, Run, StreamPool
+from gates.latency.others import OthersLoad, OthersMeter
 from gates.latency.report import LatencyFigures, LevelFigures, power_line, streams
 from gates.latency.slo import check_slos
 from gates.latency.verdict import (
     baseline_cannot_recover,
+    baseline_loaded,
     baseline_unmeasured,
     power_of,
     slo_missed,
@@ -128,12 +130,19 @@ async def _measure_level(
             )
             for side in sides
         ]
+        meter = None
+        if len(sides) > 1:  # the baseline's load from others, read around candidate rounds
+            reader = api.make_client(sides[1].url, timeout_s=settings.read_timeout_s)
+            meter = OthersMeter(await stack.enter_async_context(reader))
         for side, pool in zip(sides, pools, strict=True):  # warm-up, discarded
             n_warm = settings.warmup_requests_per_stream * concurrency
             await pool.run(side.shape, settings.prompts, n_requests=n_warm)
         n_round = settings.requests_per_round(concurrency)
         order = interleave(list(zip(sides, pools, strict=True)), rounds=settings.rounds)
         for round_index, (side, pool) in order:
+            watched = meter if side.label == CANDIDATE else None
+            if watched is not None:
+                await watched.before_round()
             run = await pool.run(
                 side.shape,
                 settings.prompts,
@@ -141,10 +150,13 @@ async def _measure_level(
                 label=side.label,
                 round_index=round_index,
             )
+            if watched is not None:
+                await watched.after_round()
             runs[side.label].append(run)
             done = len(runs[side.label])
             if all(len(r) == done for r in runs.values()) and done in looks:
-                level = evaluate_level(runs, concurrency, at_look, rounds=done)
+                others = meter.load if meter is not None else None
+                level = evaluate_level(runs, concurrency, at_look, rounds=done, others=others)
                 if done == settings.rounds or is_certain(level, at_look):
                     break
     assert level is not None  # the last round is always a look
@@ -152,9 +164,15 @@ async def _measure_level(
 
 
 def evaluate_level(
-    runs: dict[str, list[Run]], concurrency: int, settings: LatencySettings, *, rounds: int
+    runs: dict[str, list[Run]],
+    concurrency: int,
+    settings: LatencySettings,
+    *,
+    rounds: int,
+    others: OthersLoad | None = None,
 ) -> LevelFigures:
-    """Figures and verdict of one level from its runs so far (pure: benchmarks replay it)."""
+    """Figures and verdict of one level from its runs so far and what the baseline served
+    others meanwhile (pure: benchmarks replay it)."""
     by_round = _by_round(concurrency, settings, rounds)
     samples = {
         label: CellSamples.from_runs(side_runs, by_round=by_round)
@@ -175,6 +193,7 @@ def evaluate_level(
         findings=[],
         rounds=rounds,
         max_rounds=settings.rounds,
+        others=others,
     )
     if baseline and baseline_unmeasured(level, settings) is None:  # else: no survivors' test
         level.comparisons = compare_cells(candidate, baseline, settings)
@@ -254,6 +273,8 @@ def _decide_level(level: LevelFigures, settings: LatencySettings) -> LevelFigure
         )
         undecided += [why] if why else []
     undecided += [why for s in slo_checks if (why := slo_unshown(s, level.concurrency))]
+    if comparisons and (why := baseline_loaded(level, settings)) is not None:
+        undecided.append(why)
     power = [p for c in comparisons if (p := power_of(c)) is not None]
     decided = bool(comparisons or slo_checks) and not undecided
     return level.model_copy(

@@ -12,6 +12,7 @@ from gates.common.settings import LatencySettings
 from gates.latency.cell import CellFigures
 from gates.latency.compare import Comparison, MetricName
 from gates.latency.metrics import LatencySummary
+from gates.latency.others import OthersLoad
 from gates.latency.slo import SloCheck
 
 
@@ -45,6 +46,9 @@ class LevelFigures(BaseModel):
     )
     rounds: int | None = Field(None, description="rounds run a side before the verdict")
     max_rounds: int | None = Field(None, description="the most it could have run")
+    others: OthersLoad | None = Field(
+        None, description="what the baseline generated for others while measured"
+    )
 
 
 class LatencyFigures(Figures):
@@ -143,6 +147,9 @@ def render_level(level: LevelFigures) -> str:
     if level.power:
         lines += ["", f"- {power_line(level.power)}"]
     lines += [f"- no verdict: {why}" for why in level.undecided]
+    if level.others is not None and level.baseline is not None:
+        line = level.others.line(level.baseline.throughput_tok_s)
+        lines += [f"- {line}"] if line else []
     lines += [
         f"- SLO p95 {s.metric}: upper bound {shown.ms(s.p95_upper_ms)} ms, limit "
         f"{s.limit_ms} ms, {'met' if s.met else 'no verdict' if s.met is None else 'MISSED'}"

@@ -181,3 +181,24 @@ def _cause(live: CellFigures, concurrency: int, n: int) -> str:
         )
     slots = f"; at {concurrency} streams, perhaps more than its slots" if concurrency > 1 else ""
     return f"errors: {errors}{slots}"
+
+
+def baseline_loaded(level: LevelFigures, settings: LatencySettings) -> str | None:
+    """Why the level's comparisons cannot pass: the baseline generated more for others
+    (the Service's clients) while measured than `max_baseline_others_share` of what it
+    generated for the gate. A loaded baseline is slower, which flatters the candidate; a
+    regression shown despite it still fails. None when it was not loaded, or not seen."""
+    others, live = level.others, level.baseline
+    if others is None or live is None or not live.throughput_tok_s:
+        return None
+    rate, share = others.tokens_per_s, others.share_of(live.throughput_tok_s)
+    if rate is None or share is None or share <= settings.max_baseline_others_share:
+        return None
+    return (
+        f"{streams(level.concurrency)}: the baseline generated {rate:.1f} "
+        f"tokens/s for others (its Service's clients) while measured, {share:.0%} of the "
+        f"{live.throughput_tok_s:.1f} tokens/s it generated for the gate, more than the "
+        f"{settings.max_baseline_others_share:.0%} allowed (`max_baseline_others_share`): "
+        "it was slowed by load the candidate does not carry, so the candidate is not shown "
+        f"within. To decide: measure when the Service is quieter; or {QUIETER}"
+    )

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from flows.bake import request_counts
 from flows.spec import SpecError, load_spec
+from gates.http.counters import request_counts
 from tests.world import spec_in
 
 

@@ -9,7 +9,13 @@ from typing import Any
 
 import pytest
 
-from flows.baseline import BaselineError, compute_live_port, decide_baseline_pod
+from flows.baseline import (
+    BaselineError,
+    PodIdentity,
+    compute_live_port,
+    decide_baseline_pod,
+    describe_design,
+)
 from flows.kube.objects import (
     DeploymentSnapshot,
     EndpointsSnapshot,
@@ -229,3 +235,20 @@ def routes(ready: list[str], not_ready: list[str] | None = None) -> EndpointsSna
 )
 def test_routes_only_to_wanted(items: list[EndpointsSnapshot], ok: bool | None) -> None:
     assert decide_routes_only(items, {"new-1", "new-2"}) is ok
+
+
+def _side(pod: str, node: str | None, gpus: int) -> PodIdentity:
+    return PodIdentity(
+        pod=pod, replica_set="rs", deployment=pod, revision="1", port=8000, node=node, gpus=gpus
+    )
+
+
+def test_the_latency_report_says_which_design_ran_and_whether_the_pods_share_a_node() -> None:
+    shared = describe_design(_side("live", "worker-1", 2), _side("cand", "worker-1", 1))
+    assert shared.startswith("alternating rounds, never both sides under load at once")
+    assert "both pods run on node `worker-1` (2 + 1 GPUs requested" in shared
+    apart = describe_design(_side("live", "worker-1", 2), _side("cand", "worker-2", 1))
+    assert "different nodes (`worker-1`, `worker-2`)" in apart
+    unknown = describe_design(_side("live", None, 0), _side("cand", "worker-2", 1))
+    assert "where one of the pods runs is not known" in unknown
+    assert "on node `worker-2` (1 GPU)" in _side("cand", "worker-2", 1).describe()

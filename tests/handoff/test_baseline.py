@@ -113,7 +113,10 @@ def test_latency_baseline_is_a_live_pod_on_the_live_port(
         and f"of Deployment `clef-serve`, port {LIVE_PORT}" in report
     ), report
     assert "**Candidate:** pod `clef-candle-" in report, report
-    assert f"of Deployment `clef-candle`, port {CANDIDATE_PORT}" in report, report
+    assert f"of Deployment `clef-candle`, port {CANDIDATE_PORT}, on node `" in report, report
+    # Both sides' nodes named, the design that ran, and the baseline's load from others.
+    assert "**Design:** alternating rounds, never both sides under load at once" in report
+    assert "- baseline's load from others" in report, report
 
 
 def _current_replica_set(kube: Kube, namespace: str, deployment: str) -> str:

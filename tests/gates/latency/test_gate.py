@@ -4,8 +4,12 @@ and the seed's shape holds (the fp16 14B loses to the GPTQ MoE at 1 stream, wins
 
 from __future__ import annotations
 
+import contextlib
 import socket
+import threading
+from collections.abc import Iterator
 
+import httpx
 import pytest
 
 from gates.common.settings import LatencySettings
@@ -158,3 +162,52 @@ def test_unreachable_server_gives_no_verdict() -> None:
     result = run_latency(f"http://127.0.0.1:{port}", None, SMALL)
     assert result.passed is None
     assert "ConnectError" in result.reason and result.figures.levels == []
+
+
+@contextlib.contextmanager
+def _clients_of(url: str, streams: int) -> Iterator[list[int]]:
+    """The Service's clients on a server: `streams` loops of greedy completions until the
+    block ends; yields the count of answers they got (a test that loaded nothing proves
+    nothing)."""
+    answered, stop = [0], threading.Event()
+
+    def loop() -> None:
+        with httpx.Client(base_url=url, timeout=30, trust_env=False) as client:
+            model = client.get("/v1/models").json()["data"][0]["id"]
+            body = {"model": model, "prompt": "Tell a story.", "max_tokens": 24}
+            while not stop.is_set():
+                client.post("/v1/completions", json=body).raise_for_status()
+                answered[0] += 1
+
+    threads = [threading.Thread(target=loop, daemon=True) for _ in range(streams)]
+    for thread in threads:
+        thread.start()
+    try:
+        yield answered
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(timeout=60)
+
+
+def test_a_baseline_that_serves_others_while_measured_gives_no_pass(
+    model_server: StartServer, fresh_server: StartServer
+) -> None:
+    """The live baseline keeps serving its Service's clients while the gate measures it: it
+    is slower for load the candidate does not carry. The gate reads the baseline's own
+    token counter around each candidate round, says how loaded it was, and a comparison
+    over a loaded baseline is not a pass. An idle baseline is said to be idle."""
+    candidate = model_server(PROFILE, *HALF_TIME, "--model-id", "twin")
+    settings = SMALL.model_copy(update={"levels": [1]})
+    quiet = run_latency(candidate.url, model_server(PROFILE, *HALF_TIME).url, settings)
+    (level,) = quiet.figures.levels
+    assert level.others is not None and level.others.seen and level.others.tokens == 0
+    assert "baseline's load from others: 0.0 tokens/s, 0% of the gate's own" in quiet.markdown()
+    busy = fresh_server(PROFILE, *HALF_TIME)
+    with _clients_of(busy.url, streams=2) as answered:
+        loaded = run_latency(candidate.url, busy.url, settings)
+    assert answered[0] > 0, "the baseline's clients got no answer: nothing was loaded"
+    (level,) = loaded.figures.levels
+    assert loaded.passed is None, loaded.markdown()
+    assert level.others is not None and level.others.tokens > 0
+    assert any("tokens/s for others" in why for why in level.undecided), level.undecided
