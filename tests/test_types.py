@@ -1,7 +1,8 @@
-"""The type checker as a test: mypy over the packages pyproject's [tool.mypy] names, with
+"""The type checker as a test: mypy over the folders pyproject's [tool.mypy] names, with
 its settings there; a type error (or a `type: ignore` that no longer ignores anything)
-fails the suite with mypy's report. Those packages are all of the project's: the ones the
-import contracts (`[tool.importlinter]`) arrange."""
+fails the suite with mypy's report. Those folders are all of the project's packages (the
+ones the import contracts, `[tool.importlinter]`, arrange) and the documentation site's
+build hooks."""
 
 from __future__ import annotations
 
@@ -27,11 +28,20 @@ def test_mypy_finds_no_type_error() -> None:
     assert result.returncode == 0, f"mypy found type errors:\n{result.stdout}{result.stderr}"
 
 
-def test_mypy_checks_every_package() -> None:
+def test_mypy_checks_every_package_and_the_docs_hooks() -> None:
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    checked = set(config["tool"]["mypy"]["packages"])
+    checked = set(config["tool"]["mypy"]["files"])
     packages = set(config["tool"]["importlinter"]["root_packages"])
-    assert checked == packages, (
-        f"[tool.mypy] packages {sorted(checked)} differ from the project's packages "
-        f"{sorted(packages)} ([tool.importlinter] root_packages): list each in both"
+    hooks = {str(Path(h).parent) for h in yaml_hooks()}
+    assert checked == packages | hooks, (
+        f"[tool.mypy] files {sorted(checked)} differ from the project's packages "
+        f"{sorted(packages)} ([tool.importlinter] root_packages) and the folders of "
+        f"mkdocs.yml's hooks {sorted(hooks)}: list each in both"
     )
+
+
+def yaml_hooks() -> list[str]:
+    """The documentation site's build hooks, as mkdocs.yml names them."""
+    import yaml
+
+    return list(yaml.safe_load((ROOT / "mkdocs.yml").read_text())["hooks"])
