@@ -5,7 +5,10 @@ as after a failed step (`handoff rollback SPEC`). Order keeps clients served whe
 it can: the old workloads come back and are Ready first, then the selector goes
 back, then the candidate goes to its previous replica count (0 if it is new; it
 is kept, not deleted). In place, the previous Deployment spec is put back whole.
-Each write checks the cluster first, so a second rollback changes nothing. A part
+Each write checks the cluster first, so a second rollback changes nothing; an edit a
+person makes while it runs is left as they made it: a live count this handoff cannot
+have set is not restored over, and a candidate the Service routes to again (a person
+pointed it back) is not stopped. A part
 that fails (a 403, an outage, a timeout) is named in the recorded cause and the
 other parts still run: the ledger always ends rolled back.
 """
@@ -207,6 +210,14 @@ def _restore_selector_then_candidate(
             )
             if found is not None and drains is not None:
                 drains.append(found)
+        if _routes_to_candidate(kube, spec, ledger):
+            # The Service was moved off it above: a person has pointed it back since.
+            problems.append(
+                f"Service {spec.service} routes to the pods of "
+                f"{candidate_name(spec, ledger.strategy)} again, by a selector set since the "
+                "rollback moved it off them: the candidate was left at its count"
+            )
+            return
         _undo_candidate(kube, spec, ledger)
         if pinned:
             _wait_candidate_gone(kube, spec, ledger)
@@ -333,12 +344,19 @@ def _restore_workload(
             spec.namespace,
             workload.name,
             workload.replicas,
-            expected={current.replicas},
+            expected=restorable_from(workload),
         )
     try:
         wait_rolled_out(kube, spec.namespace, workload.name, deadline_s=restore_s(current))
     except HandoffError as exc:
         problems.append(str(exc))
+
+
+def restorable_from(workload: WorkloadSnapshot) -> set[int]:
+    """The counts a restore scales a live workload back from: those this handoff can have
+    left it at (its recorded one, or 0 once retired or replaced). Any other is a person's,
+    made since: ReplicasEdited, noted in the cause, and the count is left as they set it."""
+    return {workload.replicas, 0}
 
 
 def restore_s(deployment: DeploymentSnapshot) -> float:

@@ -35,7 +35,7 @@ from flows.kube.objects import (
     matches,
     owned_by_deployment,
 )
-from flows.kube.write import SelectorEdited
+from flows.kube.write import ReplicasEdited, SelectorEdited
 from flows.ledger import (
     REVISION_LABEL,
     TERMINAL,
@@ -56,7 +56,7 @@ from flows.render import (
     render_candidate,
     template_sha256,
 )
-from flows.rollback import RestoreNotReady, _written_by
+from flows.rollback import RestoreNotReady, _written_by, restorable_from
 from flows.run import HandoffRun
 from flows.serving import Route, Routing, Serving, route
 from flows.spec import HandoffSpec
@@ -223,6 +223,7 @@ class Cluster:
     annotations: dict[str, str] = field(default_factory=dict)
     selector_by_person: bool = False  # the selector is the last one a person wrote
     person_touched: bool = False  # a person changed an object since the handoff began
+    scaled_by_person: set[str] = field(default_factory=set)  # counts a person set last
     fail_next_write: bool = False
     violations: list[str] = field(default_factory=list)
     writes: int = 0
@@ -345,6 +346,7 @@ class Cluster:
             if on_cluster is None or on_cluster.handoff_id != ledger.handoff_id:
                 self.selector_by_person = False  # a new handoff read it before deciding
                 self.person_touched = False
+                self.scaled_by_person.clear()
 
         self.write(f"ledger {ledger.phase}", change)
         ended = ledger.phase in TERMINAL and ledger.snapshot.serving
@@ -367,10 +369,26 @@ class Cluster:
 
         self.write(f"history {outcome}", change)
 
-    def scale(self, name: str, replicas: int) -> None:
+    def scale(self, name: str, replicas: int, expected: set[int] | None = None) -> None:
+        """flows.kube.write.scale_deployment on a fresh read: a count already there is
+        left; with `expected` (the counts the step decided from), any other count is a
+        person's, ReplicasEdited, never overwritten. A count a person set on a Deployment
+        the ledger leaves as edited is never written at all (I5)."""
         workload = self.workloads[name]
-        if workload.replicas != replicas:
-            self.write(f"scale {name} to {replicas}", lambda: workload.scale(replicas))
+        if workload.replicas == replicas:
+            return
+        if expected is not None and workload.replicas not in expected:
+            raise ReplicasEdited(
+                f"Deployment {name}: expected {sorted(expected)}, found {workload.replicas}",
+                name=name,
+            )
+        ledger = self.ledger()
+        if name in self.scaled_by_person and ledger and f"Deployment {name}" in ledger.edited:
+            self.violations.append(
+                f"I5: the count {workload.replicas} a person set on {name} was overwritten "
+                f"with {replicas}"
+            )
+        self.write(f"scale {name} to {replicas}", lambda: workload.scale(replicas))
 
     def history(self) -> list[dict[str, Any]]:
         return history_entries(self.annotations)
@@ -696,7 +714,7 @@ class Handoff:
         if self.r.reached(Phase.WARM):
             return
         preview = self.spec.candidate.preview_replicas
-        self.c.scale(CANDIDATE, preview)
+        self.c.scale(CANDIDATE, preview, expected=drift.candidate_replicas(self.r))
         yield "scaled to preview"
         yield from self.wait("the candidate's preview pods", self._candidate_ready(preview))
         yield from self.advance(Phase.WARM)
@@ -749,7 +767,7 @@ class Handoff:
         self.check()
         if not run.reached(Phase.SCALED):
             target = self.spec.candidate.replicas
-            self.c.scale(CANDIDATE, target)
+            self.c.scale(CANDIDATE, target, expected=drift.candidate_replicas(self.r))
             yield "scaled up"
             yield from self.wait("the candidate's pods", self._candidate_ready(target))
         yield from self.advance(Phase.SCALED)
@@ -757,7 +775,7 @@ class Handoff:
         if not run.reached(Phase.RETIRED):
             # HEAD's retire: the Service must route to the candidate alone first.
             yield from self.verify(target_selector(run))
-            self.c.scale(LIVE, 0)
+            self.c.scale(LIVE, 0, expected=run.recorded_replicas(LIVE))
             yield "retired"
             yield from self.advance(Phase.RETIRED)
         # flows.tasks.scale_up_and_retire: done only once the Service is seen serving.
@@ -771,6 +789,8 @@ class Handoff:
             leave = cause.objects
         if isinstance(cause, SelectorEdited):
             leave = [f"Service {SERVICE}"]
+        if isinstance(cause, ReplicasEdited):
+            leave = [cause.object]
         yield from self.rollback(str(cause), leave)
 
     def rollback(self, cause: str, leave: list[str]) -> Steps:
@@ -837,7 +857,7 @@ class Handoff:
     def _restore_workload(self, workload: WorkloadSnapshot, problems: list[str]) -> Steps:
         current = self.c.workloads[workload.name]
         if current.replicas != workload.replicas:
-            self.c.scale(workload.name, workload.replicas)
+            self.c.scale(workload.name, workload.replicas, expected=restorable_from(workload))
             yield f"restored {workload.name}"
         try:
             yield from self.wait(
@@ -864,6 +884,8 @@ class Handoff:
     def _selector_then_candidate(self, ledger: Ledger) -> Steps:
         pinned = self._pinned_to_restored(ledger)
         yield from self._move_selector(ledger, pinned or ledger.snapshot.selector)
+        if self._routes_to_candidate():
+            return  # a person pointed the Service back at it: left at its count
         yield from self._undo_candidate(ledger)
         if pinned:
             yield from self.wait(

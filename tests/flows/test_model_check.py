@@ -4,14 +4,16 @@ by the project's own functions) with what the world does to them: the process di
 step, a run is started again (resuming, after done, after a rollback), a person edits the
 selector (also right after a drift check), scales the candidate or changes its image, the
 apiserver fails a write, a wait runs out, the candidate or the restored live workload never
-becomes Ready. After every rule:
+becomes Ready, a person scales the candidate or the live workload (also right after a
+drift check, so that the step's own write meets ReplicasEdited). After every rule:
 
 - I1: while no person touched the objects since the handoff began, a Service that had ready
   endpoints then has some now; no write of the handoff ever takes the last one away.
 - I2: endpoints never lead to two Deployments (no person-made selector does either).
 - I3: a handoff that ends (done or rolled back) leaves the Service routing to ready pods.
 - I4: a rerun of a done handoff changes nothing but its history entry.
-- I5: the handoff never writes over a selector a person set.
+- I5: the handoff never writes over a selector a person set, nor over a count a person set
+  on a Deployment its rollback leaves as edited.
 """
 
 from __future__ import annotations
@@ -210,14 +212,25 @@ class HandoffMachine(RuleBasedStateMachine):
         self._person(f"selector {to}")
 
     @precondition(lambda self: CANDIDATE in self.c.workloads)
-    @rule(replicas=st.integers(0, 3), rare=RARE)
-    def person_scales_candidate(self, replicas: int, rare: int) -> None:
+    @rule(
+        name=st.sampled_from([CANDIDATE, LIVE]),
+        replicas=st.integers(0, 3),
+        right_after_check=st.booleans(),
+        rare=RARE,
+    )
+    def person_scales(self, name: str, replicas: int, right_after_check: bool, rare: int) -> None:
+        """`kubectl scale`; with right_after_check, between a step's drift check and its
+        write, which then meets ReplicasEdited."""
         if rare:
             return
-        candidate = self.c.workloads[CANDIDATE]
-        if candidate.replicas != replicas:
-            candidate.scale(replicas)
-            self._person(f"scale {CANDIDATE} to {replicas}")
+        workload = self.c.workloads[name]
+        if workload.replicas == replicas:
+            return
+        workload.scale(replicas)
+        self.c.scaled_by_person.add(name)
+        if right_after_check and self.handoff is not None:
+            self.handoff.skip_next_check = True
+        self._person(f"scale {name} to {replicas}")
 
     @precondition(lambda self: CANDIDATE in self.c.workloads)
     @rule(rare=RARE)
@@ -386,3 +399,49 @@ def test_a_rollback_whose_live_workload_never_becomes_ready_keeps_the_service_se
     assert ledger is not None and ledger.phase is Phase.ROLLED_BACK, m.trace[-20:]
     assert set(m.c.endpoints()) == {LIVE}
     assert not m.c.violations, m.c.violations
+
+
+def _until(m: HandoffMachine, mark: str, *, limit: int = 200) -> None:
+    """Run on (pods becoming Ready as it waits) until the trace shows `mark`."""
+    for _ in range(limit):
+        if mark in m.trace:
+            return
+        m.run_on(steps=1, time_passes=True)
+    raise AssertionError(f"never reached {mark!r}: {m.trace[-20:]}")
+
+
+def test_a_count_a_person_sets_on_the_live_workload_during_the_rollback_is_left() -> None:
+    """The warm-up times out and the rollback begins; before it restores the live
+    Deployment, a person scales it to 3. The restore decides from the counts this handoff
+    can have left it at (its recorded one, or 0): 3 is neither, so it is left as set."""
+    m = HandoffMachine()
+    m.setup(shared=False)
+    m.start_a_run()
+    _until(m, "wait the candidate's preview pods")
+    m.candidate_never_ready(rare=0)
+    m.wait_times_out()
+    assert m.trace[-1] == "rolling back from applied", m.trace[-5:]
+    m.person_scales(name=LIVE, replicas=3, right_after_check=False, rare=0)
+    _until(m, "rolled back")
+    assert m.c.workloads[LIVE].replicas == 3, "the rollback overwrote the person's count"
+    assert not m.c.violations, m.c.violations
+
+
+def test_a_rollback_does_not_stop_a_candidate_a_person_points_the_service_back_at() -> None:
+    """After the swap the scale-up never completes; the rollback moves the Service back
+    to the live pods, and a person points it at the candidate's again before the
+    candidate is stopped. Stopping it then would leave the Service with no endpoint: the
+    candidate is left at its count."""
+    m = HandoffMachine()
+    m.setup(shared=False)
+    m.start_a_run()
+    _until(m, "ledger swapped")
+    m.candidate_never_ready(rare=0)
+    _until(m, "wait the candidate's pods")
+    m.wait_times_out()
+    _until(m, "selector moved back")
+    m.person_edits_selector(to=CANARY, right_after_check=False, rare=0)
+    assert m.c.selector == CANARY, "the person's edit did not land"
+    m.run_on(steps=20, time_passes=True)
+    assert not m.c.violations, m.c.violations
+    assert m.c.endpoints() == {CANDIDATE: 1}, m.c.endpoints()
