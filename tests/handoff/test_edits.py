@@ -2,7 +2,8 @@
 overwritten nor built upon: `kubectl set image` on a gated candidate stops the handoff
 before the swap (the pods keep the gated revision label, but not the gated template); a
 selector a person sets during the swap's wait for a Ready pod is left as it is; a killed
-run whose candidate manifest has changed since it was gated refuses to resume."""
+run whose candidate manifest has changed since it was gated refuses to resume; a count a
+person sets on the live Deployment during a rollback is not restored over."""
 
 from __future__ import annotations
 
@@ -16,8 +17,12 @@ import pytest
 import yaml
 from kubernetes import client
 
+from flows.apply import apply_at_zero
 from flows.kube.client import Kube
 from flows.ledger import REVISION_LABEL, parse_ledger
+from flows.plan import make_plan
+from flows.rollback import rollback
+from flows.start import start_or_resume
 from sandbox.state import SandboxState
 from tests.handoff.pauses import PausingRun
 from tests.handoff.test_swap_ready import _stopped
@@ -26,6 +31,7 @@ from tests.world import (
     await_phase,
     handoff_cli,
     handoff_process,
+    load_spec_as_run,
     run_handoff,
     service,
     spec_in,
@@ -180,3 +186,20 @@ def test_a_rollback_whose_live_workload_cannot_serve_keeps_the_service_on_the_ca
     ledger = parse_ledger(svc.metadata.annotations)
     assert ledger is not None and ledger.phase == "rolled-back", result.stdout[-3000:]
     assert svc.spec.selector == {"app": SERVICE}, svc.spec.selector
+
+
+def test_a_count_a_person_sets_on_the_live_deployment_during_a_rollback_is_left(
+    kube: Kube, seeded: str, handoff_env: dict[str, str], tmp_path: Path
+) -> None:
+    """The handoff has written (the candidate applied at 0); a rollback begins and a person
+    scales the live Deployment from 1 to 2 before it is restored. 2 is no count this
+    handoff can have left it at (1, or 0 once retired), so the restore leaves it and says
+    so in the recorded cause, rather than scaling it back over the person's choice."""
+    spec = load_spec_as_run(spec_in(seeded, "clef-candle", tmp_path, gates=FAST), handoff_env)
+    run = start_or_resume(kube, spec, make_plan(kube, spec), run_id="person-scale-test")
+    apply_at_zero(run, None)
+    kube.apps.patch_namespaced_deployment_scale(SERVICE, seeded, {"spec": {"replicas": 2}})
+    ledger = rollback(kube, spec, cause="the gates failed")
+    assert ledger is not None and ledger.phase == "rolled-back", ledger
+    assert kube.apps.read_namespaced_deployment(SERVICE, seeded).spec.replicas == 2
+    assert ledger.cause and "someone else scaled it" in ledger.cause, ledger.cause
