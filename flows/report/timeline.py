@@ -1,6 +1,7 @@
 """A handoff on one time axis: each step's start and length, and the Service's ready
 endpoints as the flow saw them (sampled while it ran), counted per workload: the live one,
-the candidate, the twin. What was not measured is said so: steps of an older record are
+the candidate, the twin; the bake, and the way back once the old pods are retired (a
+cold start of the recorded length). What was not measured is said so: steps of an older record are
 laid end to end from their durations, an older record's endpoints are one count, and the
 clients' error rate is not known to the flow (it sends no client traffic)."""
 
@@ -13,6 +14,8 @@ from collections.abc import Callable
 from types import TracebackType
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from flows.wayback import WayBack
 
 SAMPLE_INTERVAL_S = 1.0
 SAMPLES_KEPT = 120  # changes only; a flapping endpoint must not fill the history annotation
@@ -81,6 +84,27 @@ class Timeline(BaseModel):
     workloads: dict[str, str] = Field(default_factory=dict, description="role: Deployment")
     endpoints_note: str | None = None
     bake: BakeWindow | None = None
+    way_back: list[WayBack] = Field(
+        default_factory=list, description="what going back cost once the old pods were retired"
+    )
+
+    def retired_at(self) -> float | None:
+        """When the retirement ended (epoch seconds), from its span, if recorded."""
+        ends = [s.start + s.seconds for s in self.spans() if s.name == "retire"]
+        return max(ends) if ends else None
+
+    def way_back_line(self) -> str | None:
+        """The caption's words on the way back: warm while the bake kept the old pods
+        Ready, a cold start once they were retired."""
+        if not self.way_back or self.retired_at() is None:
+            return None
+        cold = "; ".join(w.line() for w in self.way_back)
+        kept = (
+            "until then the bake kept it a selector write to the warm old pods; "
+            if self.bake is not None and self.bake.warm_way_back
+            else ""
+        )
+        return f"dashed from the retirement, the way back: {kept}after it, {cold}"
 
     @property
     def measured_steps(self) -> bool:
@@ -130,7 +154,8 @@ class Timeline(BaseModel):
             else f"ready endpoints: not sampled ({self.endpoints_note or 'not recorded'})"
         )
         bake = f"; shaded, the {self.bake.line()}" if self.bake else ""
-        return f"{steps}; {ready}{bake}; {NOT_MEASURED_CLIENTS}."
+        back = f"; {line}" if (line := self.way_back_line()) else ""
+        return f"{steps}; {ready}{bake}{back}; {NOT_MEASURED_CLIENTS}."
 
 
 def _hms(epoch: float) -> str:

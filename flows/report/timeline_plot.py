@@ -65,6 +65,7 @@ def timeline_figure(timeline: Timeline) -> Figure:
     )
     _ready(ready, timeline, zero)
     _bake(steps, ready, timeline, zero)
+    _way_back(ready, timeline, zero)
     ready.set_xlabel("seconds since the first step")
     figure.supxlabel(textwrap.fill(timeline.caption(), 160), fontsize="x-small", color="dimgrey")
     return figure
@@ -118,6 +119,24 @@ def _bake(steps: Axes, ready: Axes, timeline: Timeline, zero: float) -> None:
         ready.text(
             back, 0.2, f" back on the old pods in {bake.restored_s:.1f} s", fontsize="x-small"
         )
+
+
+def _way_back(ready: Axes, timeline: Timeline, zero: float) -> None:
+    """From the retirement's end, a dashed span as long as the slowest recorded cold start
+    of a retired workload: what going back would cost from there."""
+    retired = timeline.retired_at()
+    known = [w.start_s for w in timeline.way_back if w.start_s is not None]
+    if retired is None or not timeline.way_back:
+        return
+    at = retired - zero
+    ready.axvline(at, color=ROLLBACK, linestyle=":", linewidth=1)
+    if not known:
+        ready.text(at, 0.5, " way back: cold start, length unknown", fontsize="x-small")
+        return
+    cost = max(known)
+    top = ready.get_ylim()[1]
+    ready.hlines(top * 0.85, at, at + cost, color=ROLLBACK, linestyle="--", linewidth=1.5)
+    ready.text(at, top * 0.9, f" way back: cold start ≈ {cost:.0f} s", fontsize="x-small")
 
 
 def write_timeline(timeline: Timeline, directory: Path) -> Path:

@@ -1,14 +1,15 @@
 """The timeline's data: ready endpoints kept at each change (the first and last reading of
 each run of equal counts), a failed read named rather than fatal, steps of a record without
 start times laid end to end and said to be; each pod classed by workload, and the picture's
-stacked areas, colours and legend per workload (an older record's one count too)."""
+stacked areas, colours and legend per workload (an older record's one count too); the way
+back after the retirement drawn as the cold start it costs."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
 import pytest
-from matplotlib.collections import PolyCollection
+from matplotlib.collections import LineCollection, PolyCollection
 from matplotlib.colors import to_rgba
 
 from flows.kube.objects import PodSnapshot
@@ -176,3 +177,32 @@ def test_an_older_record_of_one_count_still_draws_and_says_so() -> None:
     assert legend is not None and [t.get_text() for t in legend.get_texts()] == ["ready"]
     assert "one count: no workloads recorded" in old.caption()
     assert timeline_png(old).startswith(b"\x89PNG")
+
+
+def _retired(**extra: object) -> Timeline:
+    """A record that retired its old pods at 130 s, with the way back it recorded."""
+    steps = [
+        {"name": "swap", "start": 100.0, "seconds": 10.0, "state": "done"},
+        {"name": "retire", "start": 110.0, "seconds": 20.0, "state": "done"},
+    ]
+    way_back = [{"workload": "clef-serve", "start_s": 240.0, "basis": "its pods' own start"}]
+    return Timeline.model_validate(
+        {"steps": steps, "ready_endpoints": [[100.0, 1], [130.0, 1]], "way_back": way_back} | extra
+    )
+
+
+def test_the_way_back_after_the_retirement_is_drawn_as_the_cold_start_it_costs() -> None:
+    timeline = _retired()
+    assert timeline.retired_at() == 130.0
+    caption = timeline.caption()
+    assert "the way back: after it, clef-serve: about 240 s to serve again from 0" in caption
+    ready = timeline_figure(timeline).axes[1]
+    (dashed,) = [c for c in ready.collections if isinstance(c, LineCollection)]
+    (start, _), (end, _) = dashed.get_segments()[0]
+    assert (start, end) == (30.0, 270.0), "from the retirement's end, as long as the start"
+    assert any("cold start ≈ 240 s" in t.get_text() for t in ready.texts)
+    baked = _retired(bake={"verdict": "pass", "started": 90.0, "seconds": 20.0,
+                           "warm_way_back": "clef-serve at 1"})  # fmt: skip
+    assert "until then the bake kept it a selector write to the warm old pods" in (baked.caption())
+    unretired = Timeline.model_validate({"way_back": _retired().model_dump()["way_back"]})
+    assert unretired.way_back_line() is None, "no retirement, no cold start to show"
