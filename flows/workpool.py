@@ -7,8 +7,11 @@ in the namespace under any account. Rendered here, the template carries the imag
 command `prefect flow-run execute` and the ServiceAccount as literals, lists none of
 them among its variables, and refuses variables it does not list
 (`additionalProperties: false`): Prefect answers 422 to a deployment or a flow run that
-sets one. What stays open to a run's job variables: the namespace, env, labels,
-annotations, resources and the Job's timeouts (docs/operating.md, "Trust boundary").
+sets one. The signing key's path is set by the template too (`FIXED_ENV`, where it
+mounts the Secret). What stays open to a run's job variables: the namespace, env whose
+names match RUN_ENV (the flow's own settings: no loader, Python, git, Prefect or
+Kubernetes variable, no key file), labels, annotations, resources and the Job's timeouts
+(docs/operating.md, "Trust boundary").
 """
 
 from __future__ import annotations
@@ -28,6 +31,9 @@ TEMPLATE = (
 # worker's own (in-cluster) configuration.
 FIXED = ("image", "command", "service_account_name", "cluster_config")
 COMMAND = ["prefect", "flow-run", "execute"]
+# Set by the template, never by a run: where it mounts the Secret handoff-signing-key.
+SIGNING_KEY_DIR = "/var/run/secrets/handoff/signing-key"
+FIXED_ENV = [{"name": "HANDOFF_SIGNING_KEY_FILE", "value": f"{SIGNING_KEY_DIR}/key"}]
 PINNED = re.compile(r"^[^@\s]+@sha256:[0-9a-f]{64}$")
 
 
@@ -58,8 +64,12 @@ def render_pool_template(
     [container] = pod["containers"]
     container["image"] = image
     container["args"] = list(COMMAND)
+    # A literal list: the worker puts the run's env (names limited below) before it, and
+    # none of those names can be one of these.
+    container["env"] = copy.deepcopy(FIXED_ENV)
     pod["serviceAccountName"] = service_account
     _close(rendered["variables"], FIXED)
+    rendered["variables"]["properties"]["env"]["propertyNames"] = {"pattern": RUN_ENV}
     left = sorted(n for n in FIXED if f"{{{{ {n} }}}}" in json.dumps(rendered))
     if left:
         raise PoolTemplateError(f"{template}: still refers to {', '.join(left)} after rendering")

