@@ -9,9 +9,10 @@ them among its variables, and refuses variables it does not list
 (`additionalProperties: false`): Prefect answers 422 to a deployment or a flow run that
 sets one. The signing key's path is set by the template too (`FIXED_ENV`, where it
 mounts the Secret). What stays open to a run's job variables: the namespace, env whose
-names match RUN_ENV (the flow's own settings: no loader, Python, git, Prefect or
-Kubernetes variable, no key file), labels, annotations, resources and the Job's timeouts
-(docs/operating.md, "Trust boundary").
+names match JOB_ENV (the flow's settings and the variables a spec declares: no name the
+loader, Python, git, Prefect, the Kubernetes client, TLS or a proxy reads, no key file),
+labels, annotations, resources and the Job's timeouts (docs/operating.md, "Trust
+boundary").
 """
 
 from __future__ import annotations
@@ -69,7 +70,7 @@ def render_pool_template(
     container["env"] = copy.deepcopy(FIXED_ENV)
     pod["serviceAccountName"] = service_account
     _close(rendered["variables"], FIXED)
-    rendered["variables"]["properties"]["env"]["propertyNames"] = {"pattern": RUN_ENV}
+    rendered["variables"]["properties"]["env"]["propertyNames"] = {"pattern": JOB_ENV}
     left = sorted(n for n in FIXED if f"{{{{ {n} }}}}" in json.dumps(rendered))
     if left:
         raise PoolTemplateError(f"{template}: still refers to {', '.join(left)} after rendering")
@@ -83,6 +84,16 @@ def render_pool_template(
 RUN_ENV = (
     r"^(?!HANDOFF_(SIGNING_KEY_FILE|EVENT_KEY_FILE|EVENT_PUBLIC_KEY_FILE|SOURCE_COMMIT)$)"
     r"HANDOFF_[A-Z0-9_]+$"
+)
+# A Job's env also carries the variables a spec declares (`environment:`, any upper-case
+# name: a Job inherits nothing from its worker), so it is closed by what it may not name:
+# what the loader, Python, git, Prefect, the Kubernetes client (KUBERNETES_SERVICE_HOST
+# would point it at another apiserver), TLS trust or a proxy reads, and the key files.
+JOB_ENV = (
+    r"^(?!(LD_|PYTHON|GIT_|PREFECT_|KUBE|SSL_|UV_|PIP_)"
+    r"|(PATH|HOME|HTTPS?_PROXY|NO_PROXY|ALL_PROXY|REQUESTS_CA_BUNDLE|CURL_CA_BUNDLE)$"
+    r"|HANDOFF_(SIGNING_KEY_FILE|EVENT_KEY_FILE|EVENT_PUBLIC_KEY_FILE|SOURCE_COMMIT)$)"
+    r"[A-Z][A-Z0-9_]*$"
 )
 PROCESS_FIXED = ("command", "working_dir")
 

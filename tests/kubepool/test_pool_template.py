@@ -78,7 +78,16 @@ def test_prefect_refuses_a_run_that_would_change_what_runs_or_as_whom(
         # what the loader, Python or the signing reads, in a Job under the handoff account
         **{
             f"env {name}": {name: "/tmp/x"}
-            for name in ("LD_PRELOAD", "PYTHONPATH", "KUBECONFIG", "HANDOFF_SIGNING_KEY_FILE")
+            for name in (
+                "LD_PRELOAD",
+                "PYTHONPATH",
+                "KUBECONFIG",
+                "KUBERNETES_SERVICE_HOST",
+                "HTTPS_PROXY",
+                "REQUESTS_CA_BUNDLE",
+                "PREFECT_API_URL",
+                "HANDOFF_SIGNING_KEY_FILE",
+            )
         },
     }
     with prefect_client(prefect.api_url) as client:
@@ -108,7 +117,9 @@ def test_prefect_refuses_a_run_that_would_change_what_runs_or_as_whom(
             assert refused.value.response.status_code == 422, name
             named = name.split()[-1]
             assert named in json.dumps(refused.value.response.json()), refused.value.response.text
-        allowed = {"namespace": "llm-serving", "env": {"HANDOFF_POD_ACCESS": "port-forward"}}
+        # the flow's settings, and a variable a spec declares (`environment:`)
+        env = {"HANDOFF_POD_ACCESS": "port-forward", "CANDLE_VLLM_SOURCE": "https://g.example"}
+        allowed = {"namespace": "llm-serving", "env": env}
         run = client.create_flow_run_from_deployment(deployment, job_variables=allowed)
         assert run.job_variables == allowed
         client.delete_deployment(deployment)
