@@ -5,13 +5,14 @@ follow from them; and one handoff run written as a generator that yields between
 writes, so a test can crash it, time out its waits or fail its next write anywhere.
 
 Side by side with a separate candidate Deployment (`current: [old]`, `candidate: cand`),
-the path the seeds take. The run makes the writes the real steps make, in their order
-(flows/handoff.py, start.py, apply.py, warm.py, gating.py, approve.py, swap.py,
-scale.py, rollback.py, session.py), and every decision it takes is the project's own
-function, called on snapshots built from the model: flows.serving.route, the plan's
-selector pin, flows.start's checks, flows.ledger's transition table, flows.drift's
-allowed selectors and replica counts, flows.rollback._written_by. Only the plumbing
-between them (reads, the read-modify-write of a selector, the waits) is transcribed.
+the path the seeds take, with or without a bake before the retirement. The run makes the
+writes the real steps make, in their order (flows/handoff.py, start.py, apply.py, warm.py,
+gating.py, approve.py, swap.py, scale.py, rollback.py, session.py), and every decision it
+takes is the project's own function, called on snapshots built from the model:
+flows.serving.route, the plan's selector pin, flows.start's checks, flows.ledger's
+transition table, flows.drift's allowed selectors and replica counts,
+flows.rollback._written_by and restorable_from. Only the plumbing between them (reads, the
+read-modify-write of a selector, the waits) is transcribed.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from flows import drift
+from flows.bake import BakeBreached
 from flows.capacity import Decision, Strategy
 from flows.errors import HandoffError, PermanentError
 from flows.kube.client import Kube
@@ -417,6 +419,8 @@ class Handoff:
         self.skip_next_check = False  # a person's edit landed right after a drift check
         self.image_unavailable = False
         self.gates_fail = False
+        self.bake_looks = 0  # the bake's length in yields; 0: no bake
+        self.bake_breach = False
         self.outcome: str | None = None  # how the process ended
         self.run: HandoffRun | None = None
         self.started_new = False
@@ -773,6 +777,7 @@ class Handoff:
         yield from self.advance(Phase.SCALED)
         self.check()
         if not run.reached(Phase.RETIRED):
+            yield from self.bake()
             # HEAD's retire: the Service must route to the candidate alone first.
             yield from self.verify(target_selector(run))
             self.c.scale(LIVE, 0, expected=run.recorded_replicas(LIVE))
@@ -781,6 +786,27 @@ class Handoff:
         # flows.tasks.scale_up_and_retire: done only once the Service is seen serving.
         yield from self.verify(target_selector(run))
         yield from self.advance(Phase.DONE)
+
+    def bake(self) -> Steps:
+        """flows/bake.py, side by side: the old pods stay Ready, serving nothing, while
+        the bake watches; a breach moves the Service back to them at once
+        (rollback.back_to_warm: the rollback recorded first, then the selector, waiting
+        for a Ready old pod), stops the candidate (rollback.stop_breached) and fails the
+        step, so the rollback finishes the rest."""
+        for _ in range(self.bake_looks):
+            if self.bake_breach:
+                break
+            yield "baking"
+        if not self.bake_breach:
+            return
+        run = self.r
+        ledger = self.c.save_ledger(run.ledger.to(Phase.ROLLING_BACK, cause="bake breached"))
+        run.ledger = ledger
+        yield "rolling back from the bake"
+        pinned = self._pinned_to_restored(ledger)
+        yield from self._move_selector(ledger, pinned or ledger.snapshot.selector)
+        yield from self._undo_candidate(ledger)
+        raise BakeBreached("bake breached: the Service is back on the warm old pods")
 
     # --- rollback (flows/rollback.py, side by side, separate candidate) ----
     def roll_back(self, cause: HandoffError) -> Steps:

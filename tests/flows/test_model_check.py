@@ -1,11 +1,12 @@
 """Model check of the handoff's decisions (issue 28, DESIGN.md I1-I5): a hypothesis state
 machine interleaves the steps of handoff runs (tests/flows/cluster_model.py, each decided
 by the project's own functions) with what the world does to them: the process dies at any
-step, a run is started again (resuming, after done, after a rollback), a person edits the
-selector (also right after a drift check), scales the candidate or changes its image, the
-apiserver fails a write, a wait runs out, the candidate or the restored live workload never
-becomes Ready, a person scales the candidate or the live workload (also right after a
-drift check, so that the step's own write meets ReplicasEdited). After every rule:
+step, a run is started again (resuming, after done, after a rollback), the bake breaches
+(where the machine was set up with one), a person edits the selector (also right after a
+drift check), scales the candidate or changes its image, the apiserver fails a write, a
+wait runs out, the candidate or the restored live workload never becomes Ready, a person
+scales the candidate or the live workload (also right after a drift check, so that the
+step's own write meets ReplicasEdited). After every rule:
 
 - I1: while no person touched the objects since the handoff began, a Service that had ready
   endpoints then has some now; no write of the handoff ever takes the last one away.
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -64,12 +66,15 @@ class HandoffMachine(RuleBasedStateMachine):
         self.since_done = False  # the world changed since the last handoff ended done
         self.trace: list[str] = []
         self.shared = False
+        self.bake_looks = 0
 
-    @initialize(shared=st.booleans())
-    def setup(self, shared: bool) -> None:
-        """Candidate pods that would match the live selector (the plan pins it) or not."""
+    @initialize(shared=st.booleans(), bake_looks=st.sampled_from([0, 0, 3]))
+    def setup(self, shared: bool, bake_looks: int = 0) -> None:
+        """Candidate pods that would match the live selector (the plan pins it) or not;
+        a bake of so many looks before the retirement, or none."""
         self.manifest = make_manifest(shared)
         self.shared = shared
+        self.bake_looks = bake_looks
 
     # --- the handoff ---------------------------------------------------------
     def _next(self) -> None:
@@ -97,6 +102,7 @@ class HandoffMachine(RuleBasedStateMachine):
         """`handoff run SPEC`: a first run, a resume, or a rerun after done / rolled back."""
         self.runs += 1
         self.handoff = Handoff(self.c, SPEC, self.manifest, f"run-{self.runs}")
+        self.handoff.bake_looks = self.bake_looks
         self.proc = self.handoff.steps()
         self._next()
 
@@ -147,6 +153,12 @@ class HandoffMachine(RuleBasedStateMachine):
     def image_source_unreachable(self, rare: int) -> None:
         assert self.handoff is not None
         self.handoff.image_unavailable = not rare
+
+    @precondition(lambda self: self.proc is not None and self.bake_looks)
+    @rule(rare=RARE)
+    def bake_breaches(self, rare: int) -> None:
+        assert self.handoff is not None
+        self.handoff.bake_breach = not rare
 
     @precondition(lambda self: self.proc is not None)
     @rule(rare=RARE)
@@ -445,3 +457,24 @@ def test_a_rollback_does_not_stop_a_candidate_a_person_points_the_service_back_a
     m.run_on(steps=20, time_passes=True)
     assert not m.c.violations, m.c.violations
     assert m.c.endpoints() == {CANDIDATE: 1}, m.c.endpoints()
+
+
+@pytest.mark.parametrize("shared", [False, True], ids=["own labels", "shared labels"])
+def test_a_bake_breach_goes_back_to_the_warm_old_pods_and_rolls_back(shared: bool) -> None:
+    """The candidate serves at its target while the old pods stay Ready for the bake; a
+    breach moves the Service back to them (with shared labels, to the live pods' pin
+    until the candidate's are gone) without an empty or mixed moment, the candidate stops,
+    and the rollback ends rolled back with the old pods serving."""
+    m = HandoffMachine()
+    m.setup(shared=shared, bake_looks=3)
+    m.start_a_run()
+    _until(m, "baking")
+    m.bake_breaches(rare=0)
+    _until(m, "rolled back")
+    m.run_on(steps=40, time_passes=True)
+    assert not m.c.violations, (m.c.violations, m.trace[-30:])
+    assert "rolling back from the bake" in m.trace
+    assert m.c.endpoints() == {LIVE: m.c.workloads[LIVE].replicas}, m.c.endpoints()
+    ledger = m.c.ledger()
+    assert ledger is not None and ledger.phase is Phase.ROLLED_BACK, m.trace[-10:]
+    assert ledger.cause == "bake breached", ledger.cause
