@@ -54,6 +54,10 @@ def test_clef_candle_side_by_side_without_a_failed_request(
     # interval reached 1.42 at 1 stream and 3.7 at 16 (TPOT 1.10 at 16): wider margins let
     # the handoff be shown; tests/gates/latency/ test the gate's own defaults.
     margins = {"tpot": 1.25, "ttft": 1.5, "itl_p99": 5.0, "throughput": 0.8}
+    # The clients below load the live pod, the gate's baseline, on purpose: the gate
+    # reports that load (asserted below) and, by default, gives such a level no verdict
+    # (tests/gates/latency/test_gate.py); here it is told to weigh it as a person would.
+    latency = {"margins": margins, "max_baseline_others_share": 100.0}
     # A short bake: the old pods stay Ready for 3 s while a probe through the Service
     # checks the candidate's first tokens; a clean one retires (tests/handoff/test_bake.py:
     # a breach goes back).
@@ -62,7 +66,7 @@ def test_clef_candle_side_by_side_without_a_failed_request(
         seeded,
         "clef-candle",
         tmp_path,
-        gates={"task": {"suite": suite, "margin": 10}, "latency": {"margins": margins}},
+        gates={"task": {"suite": suite, "margin": 10}, "latency": latency},
         bake={"duration_s": 3, "interval_s": 0.5, "probe": probe},
     )
     cluster_ip = service(kube, seeded, "clef-serve").spec.cluster_ip
@@ -86,6 +90,12 @@ def test_clef_candle_side_by_side_without_a_failed_request(
     assert record["gates"] == {"smoke": "pass", "parity": "pass", "task": "pass", "latency": "pass"}
     pictures = handoff_pictures(sandbox, record["flow_run_id"])
     assert pictures.startswith("## latency gate: pass") and "](data:image/png;base64," in pictures
+    # The Service's clients were seen on the baseline, by its own token counter.
+    seen = re.findall(
+        r"baseline's load from others: ([\d.]+) tokens/s",
+        handoff_report(sandbox, record["flow_run_id"]),
+    )
+    assert seen and max(map(float, seen)) > 0, seen
     parity = handoff_pictures(sandbox, record["flow_run_id"], "parity")
     assert parity.startswith("## parity gate: pass") and "](data:image/png;base64," in parity
     # The timeline: every step timed in order, and the Service never without a ready endpoint.
