@@ -29,3 +29,15 @@ def test_the_site_builds_strictly(tmp_path: Path) -> None:
     assert "handoff work-pool render" in cli, "the CLI reference lacks a nested command"
     errors = (tmp_path / "troubleshooting" / "index.html").read_text()
     assert 'id="restorenotready"' in errors, "the troubleshooting page lacks an error class"
+
+
+def test_each_picture_the_browser_test_shoots_is_shown_in_the_docs() -> None:
+    """One screenshot per picture, as tests/ui/test_pictures.py takes it (its PICTURES),
+    shown on the daily-use page."""
+    from tests.ui.test_pictures import PICTURES
+
+    page = (ROOT / "docs" / "daily-use.md").read_text()
+    for key, _, _, _ in PICTURES:
+        shot = ROOT / "docs" / f"ui-{key}.png"
+        assert shot.read_bytes().startswith(b"\x89PNG"), shot
+        assert f"]({shot.name})" in page, f"docs/daily-use.md does not show {shot.name}"
