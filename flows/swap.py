@@ -143,13 +143,20 @@ def verify_service(run: HandoffRun, selector: dict[str, str]) -> None:
         )
     wanted = serving_pods(run, selector)
     what = f"{{}} of Service {spec.namespace}/{spec.service} to route only to {sorted(wanted)}"
+
+    def decide(items: list[EndpointsSnapshot]) -> bool | None:
+        if decide_routes_only(items, wanted):
+            return True
+        _still_selecting(run, selector)
+        return None
+
     version = slices.served_version(run.kube)
     if version is not None:
         wait_endpoint_slices(version)(
             run.kube,
             spec.namespace,
             spec.service,
-            decide=lambda items: decide_routes_only(items, wanted),
+            decide=decide,
             deadline_s=run.limit(ENDPOINTS_S),
             what=what.format(f"the EndpointSlices ({slices.GROUP}/{version})"),
         )
@@ -157,10 +164,23 @@ def verify_service(run: HandoffRun, selector: dict[str, str]) -> None:
         run.kube,
         spec.namespace,
         spec.service,
-        decide=lambda items: decide_routes_only(items, wanted),
+        decide=decide,
         deadline_s=run.limit(ENDPOINTS_S),
         what=what.format("the Endpoints"),
     )
+
+
+def _still_selecting(run: HandoffRun, selector: dict[str, str]) -> None:
+    """Return while the Service still has `selector`: the routes not there yet are on
+    their way. A selector changed meanwhile (a person's edit, during the wait) means the routes
+    waited for never come: SwapFailed at once, naming it, rather than at the deadline."""
+    spec = run.spec
+    now = read.read_service(run.kube, spec.namespace, spec.service).selector
+    if now != selector:
+        raise SwapFailed(
+            f"Service {spec.namespace}/{spec.service} spec.selector: expected {selector}, "
+            f"found {now}: changed while the handoff waited for its routes, not by it"
+        )
 
 
 def decide_routes_only(routes: list[EndpointsSnapshot], wanted: set[str]) -> bool | None:

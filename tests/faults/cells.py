@@ -173,4 +173,34 @@ CELLS: list[Cell] = [
         frozenset({ROLLED_BACK}),
         cause="which is NotReady",
     ),
+    # The same spec run again once a run has ended (a second merge, a retry, a person
+    # making sure): a done handoff stays done, one whose gates still fail rolls back
+    # again; neither moves the Service's selector or the live workload.
+    Cell("same spec run again", "done", faults.nothing, frozenset({DONE}), run_again=True),
+    Cell(
+        "same spec run again",
+        "rolled back",
+        faults.nothing,
+        frozenset({ROLLED_BACK}),
+        rerun=ROLLED_BACK,
+        run_again=True,
+    ),
+    # The selector edited while the swap waits for the routes to follow its own write.
+    *_edits(
+        "person edits Service selector",
+        faults.edit_selector,
+        "clef-serve spec.selector",
+        ("swap: routes wait",),
+    ),
+    # A Prefect process worker cancelling: SIGTERM, and SIGKILL once its grace is over.
+    *(
+        Cell(
+            "worker cancels (SIGTERM, SIGKILL 30 s later)",
+            step,
+            faults.sigterm_then_sigkill(30),
+            frozenset({ROLLED_BACK, STOPPED}),
+            rerun=_after_rollback(step),
+        )
+        for step in ("gates", "scale", "rollback")
+    ),
 ]

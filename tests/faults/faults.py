@@ -54,6 +54,27 @@ def sigterm(scene: Scene) -> None:
     scene.process.wait(timeout=300)
 
 
+def sigterm_then_sigkill(grace_s: float) -> Fault:
+    """As a Prefect process worker cancels a run: SIGTERM, then SIGKILL to the whole
+    process group once its grace period has passed (30 s by default), whether or not the
+    rollback had finished."""
+
+    def fault(scene: Scene) -> None:
+        os.kill(scene.process.pid, signal.SIGTERM)
+        try:
+            scene.process.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(scene.process.pid, signal.SIGKILL)
+            scene.process.wait()
+
+    fault.__name__ = f"sigterm_then_sigkill_{grace_s:.0f}s"
+    return fault
+
+
+def nothing(scene: Scene) -> None:
+    """No fault: the cell is the same spec run again after the run ended."""
+
+
 def _plane(scene: Scene) -> controlplane.ControlPlane:
     assert scene.sandbox.control_plane is not None, "the suite needs its own control plane"
     return scene.sandbox.control_plane
@@ -127,7 +148,11 @@ def edit_selector(scene: Scene) -> Kept:
     pods = scene.kube.core.list_namespaced_pod(scene.namespace, label_selector=f"app={LIVE}")
     wanted = {"app": LIVE, "pod-template-hash": pods.items[0].metadata.labels["pod-template-hash"]}
     core, ns = scene.kube.core, scene.namespace
-    core.patch_namespaced_service(SERVICE, ns, {"spec": {"selector": wanted}})
+    # The whole selector replaced, as `kubectl edit` does: a merge patch would keep the
+    # keys the handoff added (its revision), and the Service would select nothing.
+    now = core.read_namespaced_service(SERVICE, ns).spec.selector or {}
+    dropped = {key: None for key in now if key not in wanted}
+    core.patch_namespaced_service(SERVICE, ns, {"spec": {"selector": {**dropped, **wanted}}})
 
     def kept() -> None:
         found = core.read_namespaced_service(SERVICE, ns).spec.selector

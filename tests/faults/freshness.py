@@ -58,6 +58,10 @@ STEP_FILES: dict[str, tuple[str, ...]] = {
     "scale": ("flows/scale.py", "flows/swap.py"),
     "retire": ("flows/scale.py",),
     "rollback": ("flows/gating.py",),  # reached by gates made to fail
+    "swap: routes wait": ("flows/swap.py", "flows/kube/slices.py"),
+    # The run after the end: the plan finds what serves and decides from it.
+    "done": ("flows/plan.py", "flows/serving.py"),
+    "rolled back": ("flows/plan.py", "flows/serving.py", "flows/apply.py", "flows/gating.py"),
     "in place: old pods stop": (
         "flows/apply.py",
         "flows/downtime.py",
@@ -70,6 +74,8 @@ STEP_FILES: dict[str, tuple[str, ...]] = {
 FAULT_FILES: dict[str, tuple[str, ...]] = {
     "flow SIGKILL": (),
     "flow SIGTERM": ("flows/signals.py",),
+    "worker cancels": ("flows/signals.py",),
+    "same spec run again": (),
     "kube-apiserver down": ("flows/kube/client.py", "retrypolicy"),
     "etcd SIGSTOP": ("flows/kube/client.py", "retrypolicy"),
     "Prefect server restarted": ("flows/slots.py",),

@@ -46,6 +46,8 @@ STEP_PHASE = {
     "retire": "scaled",
     "rollback": "rolling-back",  # the gates made to fail
 }
+# Cells whose fault comes once the run has ended: the same spec run again.
+ENDED = ("done", "rolled back")
 DONE, ROLLED_BACK, STOPPED = "done", "rolled-back", "stopped"
 
 
@@ -87,6 +89,7 @@ class Cell:
     registry_front: bool = False  # the spec's images come through a RegistryFront
     image_timeout_s: float | None = None  # the spec's image.timeout_s, where it matters
     target: Target = SIDE_BY_SIDE
+    run_again: bool = False  # rerun even after done: a rerun of an ended run changes nothing
 
     @property
     def key(self) -> str:
@@ -140,7 +143,7 @@ def _spec(stage: Stage, cell: Cell) -> Path:
         changes["image"] = {"tag": f"sm70-{uuid.uuid4().hex[:8]}"}
     if cell.image_timeout_s is not None:
         changes.setdefault("image", {})["timeout_s"] = cell.image_timeout_s
-    if cell.step == "rollback":
+    if cell.step in ("rollback", "rolled back"):
         changes["gates"]["latency"].update(IMPOSSIBLE["latency"])
     return spec_in(stage.namespace, cell.target.spec, stage.tmp, **changes)
 
@@ -222,8 +225,40 @@ def _still_running(process: subprocess.Popen[str], cell: Cell, deadline: float) 
     assert time.monotonic() < deadline, f"the handoff never reached {cell.step}"
 
 
+def _await_selector_switched(stage: Stage, cell: Cell, process: subprocess.Popen[str]) -> None:
+    """The swap's wait: a watch sees the Service's selector switched to the candidate's
+    revision while the ledger still says `approved` (the swap then waits for the routes
+    to follow; the fault lands within that wait or, where the routes were quicker, in the
+    scale-up right after)."""
+    core, ns, name = stage.kube.core, stage.namespace, cell.target.service
+    deadline = time.monotonic() + 420
+    version = core.list_namespaced_service(ns, field_selector=f"metadata.name={name}")
+    resource_version = version.metadata.resource_version
+    while True:
+        stream = watch.Watch().stream(
+            core.list_namespaced_service,
+            ns,
+            field_selector=f"metadata.name={name}",
+            resource_version=resource_version,
+            timeout_seconds=5,
+        )
+        for event in stream:
+            found = event["object"]
+            resource_version = found.metadata.resource_version
+            ledger = parse_ledger(found.metadata.annotations or {})
+            switched = ledger is not None and ledger.revision is not None
+            if switched and (found.spec.selector or {}).get(REVISION_LABEL) == ledger.revision:
+                assert str(ledger.phase) == "approved", (cell.key, str(ledger.phase))
+                return
+        _still_running(process, cell, deadline)
+
+
 def _await_step(stage: Stage, cell: Cell, process: subprocess.Popen[str]) -> None:
-    if cell.step == "apply":
+    if cell.step in ENDED:
+        return  # the run has ended: the fault is the run that follows
+    if cell.step == "swap: routes wait":
+        _await_selector_switched(stage, cell, process)
+    elif cell.step == "apply":
         _await_candidate_applied(stage, cell, process)
     elif cell.step in ("plan", "in place: old pods stop"):
         _await_probe(stage, cell, process)
@@ -294,6 +329,7 @@ def _run_cell(stage: Stage, cell: Cell, front: RegistryFront | None, seen: Seen)
         else:
             process = start_handoff(spec_file, stage.env, "--auto-approve")
         try:
+            ended = _finish(process, None) if cell.step in ENDED else None
             if not pausing:
                 _await_step(stage, cell, process)
             injected = seen.injected = time.monotonic()
@@ -302,7 +338,7 @@ def _run_cell(stage: Stage, cell: Cell, front: RegistryFront | None, seen: Seen)
                 publish_tag(stage, spec_file)
             if pausing and process.poll() is None:
                 paused.answer(stage.env, "fault-matrix", "approved under a fault")
-            output = _finish(process, paused if pausing else None)
+            output = ended if ended is not None else _finish(process, paused if pausing else None)
         finally:
             if process.poll() is None:
                 process.kill()
@@ -415,19 +451,38 @@ def _outcome(kube: Kube, ns: str, cell: Cell, code: int | None) -> str:
 
 def _rerun(stage: Stage, spec_file: Path, cell: Cell, first: str) -> str:
     """The same spec run again converges: a stopped run is resumed, a rolled-back one
-    (its fault gone) is done by the next; a done one needs none."""
+    (its fault gone) is done by the next; a done one needs none, and where the cell runs
+    it again all the same, it finds it done and writes nothing."""
     kube, ns = stage.kube, stage.namespace
-    if first == DONE:
+    if first == DONE and not cell.run_again:
         return DONE
     if _service_exists(kube, ns, cell.target.service) and not _unfinished(stage, cell):
         _await_slot_free(stage, cell)
+    before = _serving(stage, cell)
     result = run_handoff(spec_file, stage.env, "--auto-approve", timeout_s=420)
     output = result.stdout[-4000:] + result.stderr[-4000:]
     outcome = _outcome(kube, ns, cell, result.returncode)
     assert outcome == cell.rerun, f"{cell.key}: the rerun ended {outcome}\n{output}"
+    if cell.run_again and outcome == first:  # converged already: nothing that serves moves
+        after = _serving(stage, cell)
+        if first == ROLLED_BACK:  # it tried the candidate again, and only the candidate
+            before.pop(cell.target.candidate, None), after.pop(cell.target.candidate, None)
+        assert after == before, f"{cell.key}: the rerun changed {before} into {after}"
     if cell.service_gone:
         assert f"Service {ns}/{cell.target.service}" in output and "not recreated" in output, output
     return outcome
+
+
+def _serving(stage: Stage, cell: Cell) -> dict[str, Any]:
+    """The Service's selector and each Deployment's resourceVersion: a write changes one."""
+    kube, ns = stage.kube, stage.namespace
+    found: dict[str, Any] = {
+        d.metadata.name: d.metadata.resource_version
+        for d in kube.apps.list_namespaced_deployment(ns).items
+    }
+    if _service_exists(kube, ns, cell.target.service):
+        found["selector"] = kube.core.read_namespaced_service(cell.target.service, ns).spec.selector
+    return found
 
 
 def _unfinished(stage: Stage, cell: Cell) -> bool:
@@ -477,7 +532,10 @@ def _check_service(
     history = history_entries(annotations)
     ids = [e["handoff_id"] for e in history]
     assert len(ids) == len(set(ids)), f"{cell.key}: a handoff recorded twice: {ids}"
-    assert history[-1]["handoff_id"] == ledger.handoff_id, (cell.key, history[-1], ledger)
+    # A run that found nothing to do records itself in the history only (changed: false).
+    acted = [e for e in history if e.get("changed", True)]
+    assert acted[-1]["handoff_id"] == ledger.handoff_id, (cell.key, acted[-1], ledger)
+    assert acted[-1]["outcome"] == str(ledger.phase), (cell.key, acted[-1], ledger)
     assert history[-1]["outcome"] == str(ledger.phase), (cell.key, history[-1], ledger)
     if str(ledger.phase) == DONE:
         svc = kube.core.read_namespaced_service(service, ns)

@@ -1,7 +1,7 @@
 """The fault matrix: every cell of tests/faults/cells.py against the sandbox.
 
 By default a rotating subset runs: two consecutive cells chosen from the commit
-(tests/faults/rotation.py), so every cell runs once in 27 commits; the others are `slow`.
+(tests/faults/rotation.py), so every cell runs once in 30 commits; the others are `slow`.
 The whole matrix is one command (docs/faults.md):
 
     HANDOFF_FAULTS_RESULTS=tests/faults/results.json \\
