@@ -31,6 +31,24 @@ def test_the_site_builds_strictly(tmp_path: Path) -> None:
     assert 'id="restorenotready"' in errors, "the troubleshooting page lacks an error class"
 
 
+def test_the_docs_pictures_are_the_screenshots_at_three_quarters(tmp_path: Path) -> None:
+    """docs/ui-*.png are made from the browser test's screenshots (its 1400-pixel-wide
+    viewport) by tests/ui/docs_pictures.py, not copied by hand at another size."""
+    from PIL import Image
+
+    from tests.ui.docs_pictures import SCALE, docs_picture
+    from tests.ui.test_pictures import PICTURES, VIEWPORT
+
+    shot = tmp_path / "shot.png"
+    Image.new("RGB", (VIEWPORT["width"], VIEWPORT["height"] + 40), "white").save(shot)
+    written = docs_picture(shot, tmp_path / "docs.png")
+    with Image.open(tmp_path / "docs.png") as made:
+        assert made.size == written == (1050, 780), made.size
+    for key, _, _, _ in PICTURES:
+        with Image.open(ROOT / "docs" / f"ui-{key}.png") as picture:
+            assert picture.width == round(VIEWPORT["width"] * SCALE), (key, picture.size)
+
+
 def test_each_picture_the_browser_test_shoots_is_shown_in_the_docs() -> None:
     """One screenshot per picture, as tests/ui/test_pictures.py takes it (its PICTURES),
     shown on the daily-use page."""

@@ -43,6 +43,9 @@ PICTURES = [
 ]
 
 
+VIEWPORT = {"width": 1400, "height": 1000}
+
+
 def test_gate_and_timeline_pictures_render_in_the_prefect_ui(
     prefect: PrefectServer, model_server: StartServer, clef_golden: Golden, tmp_path: Path
 ) -> None:
@@ -67,7 +70,7 @@ def test_gate_and_timeline_pictures_render_in_the_prefect_ui(
 
     with chromium() as browser:
         for key, alt, size, screenshot in PICTURES:
-            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page = browser.new_page(viewport=VIEWPORT)
             page.set_default_timeout(TIMEOUT_MS)
             page.goto(f"{prefect.ui_url}/artifacts/artifact/{artifacts[key]}")
             picture = page.locator(f'img[alt="{alt}"]')
