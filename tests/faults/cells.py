@@ -20,7 +20,14 @@ Endpoints are allowed only from the old pods' stop for at most the declared boun
 from __future__ import annotations
 
 from tests.faults import faults
-from tests.faults.harness import DONE, IN_PLACE, ROLLED_BACK, STOPPED, Cell
+from tests.faults.harness import (
+    DONE,
+    IN_PLACE,
+    ROLLED_BACK,
+    SCALE_AFTER_RETIRE,
+    STOPPED,
+    Cell,
+)
 
 ANY = frozenset({DONE, ROLLED_BACK, STOPPED})
 FLOW_STEPS = ("image wait", "warm", "gates", "approval wait", "swap", "scale", "retire")
@@ -202,5 +209,17 @@ CELLS: list[Cell] = [
             rerun=_after_rollback(step),
         )
         for step in ("gates", "scale", "rollback")
+    ),
+    # A target that fits only after the retirement, and the GPU the retirement frees
+    # taken by another team's pod: the scale-up fails, the Service stays on the
+    # candidate at its preview size while the live workload, restored, waits for a GPU
+    # (30 s, until the other team scales back), and only then moves back.
+    Cell(
+        "another team's pod takes the freed GPU",
+        "retire before scale-up",
+        faults.gpu_taken_at_retirement,
+        frozenset({ROLLED_BACK}),
+        cause="Unschedulable",
+        target=SCALE_AFTER_RETIRE,
     ),
 ]

@@ -18,12 +18,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from flows.kube.client import Kube
+from flows.ledger import parse_ledger
 from sandbox import controlplane, prefect_server, procs
 from sandbox.kubelet.partition import set_partitioned
 from sandbox.registry_front import RegistryFront
 from sandbox.state import SandboxState, write_state
 
 LIVE, CANDIDATE, SERVICE = "clef-serve", "clef-candle", "clef-serve"
+OTHER = "reasoning-long"  # another team's GPU Deployment in the namespace (one pod)
 
 
 @dataclass
@@ -69,6 +71,26 @@ def sigterm_then_sigkill(grace_s: float) -> Fault:
 
     fault.__name__ = f"sigterm_then_sigkill_{grace_s:.0f}s"
     return fault
+
+
+def gpu_taken_at_retirement(scene: Scene) -> None:
+    """Another team scales its Deployment up as the live pods are told to stop: its new
+    pod, pending first, takes the GPU they free, so the candidate's scale-up that needed
+    it cannot be scheduled, and the live workload the rollback restores waits for a GPU
+    too. The other team scales back 30 s into the rollback; the restore then finds one."""
+    apps, ns = scene.kube.apps, scene.namespace
+    apps.patch_namespaced_deployment_scale(OTHER, ns, {"spec": {"replicas": 2}})
+    try:
+        deadline = time.monotonic() + 420
+        while scene.process.poll() is None and time.monotonic() < deadline:
+            service = scene.kube.core.read_namespaced_service(SERVICE, ns)
+            ledger = parse_ledger(service.metadata.annotations or {})
+            if ledger is not None and str(ledger.phase) == "rolling-back":
+                time.sleep(30)
+                break
+            time.sleep(0.2)
+    finally:
+        apps.patch_namespaced_deployment_scale(OTHER, ns, {"spec": {"replicas": 1}})
 
 
 def nothing(scene: Scene) -> None:

@@ -58,6 +58,7 @@ STEP_FILES: dict[str, tuple[str, ...]] = {
     "scale": ("flows/scale.py", "flows/swap.py"),
     "retire": ("flows/scale.py",),
     "rollback": ("flows/gating.py",),  # reached by gates made to fail
+    "retire before scale-up": ("flows/scale.py", "flows/warm.py", "flows/capacity.py"),
     "swap: routes wait": ("flows/swap.py", "flows/kube/slices.py"),
     # The run after the end: the plan finds what serves and decides from it.
     "done": ("flows/plan.py", "flows/serving.py"),
@@ -76,6 +77,7 @@ FAULT_FILES: dict[str, tuple[str, ...]] = {
     "flow SIGTERM": ("flows/signals.py",),
     "worker cancels": ("flows/signals.py",),
     "same spec run again": (),
+    "another team's pod takes the freed GPU": (),
     "kube-apiserver down": ("flows/kube/client.py", "retrypolicy"),
     "etcd SIGSTOP": ("flows/kube/client.py", "retrypolicy"),
     "Prefect server restarted": ("flows/slots.py",),

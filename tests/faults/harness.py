@@ -10,7 +10,7 @@ import subprocess
 import time
 import uuid
 from contextlib import closing, nullcontext, suppress
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +61,8 @@ class Target:
     candidate: str
     in_place: bool
     gates: dict[str, Any]
+    candidate_changes: dict[str, Any] = field(default_factory=dict)  # to the spec's candidate
+    spare_gpus: bool = True  # side by side: the spare GPU node uncordoned for the cell
 
 
 # The latency gate at one level: the matrix is about faults, and cells stay short.
@@ -73,6 +75,21 @@ IN_PLACE = Target(
     "candle-vllm",
     True,
     {"latency": {**RELAXED["latency"], "levels": [1]}},
+)
+
+
+# A target that fits only once the old workload is gone (one GPU free beside the live pod,
+# the spare node cordoned): warmed and gated at its preview size, it scales to 2 after
+# the retirement. The gate's margins as tests/handoff/test_scale_after_retire.py sets them.
+SCALE_AFTER_RETIRE = Target(
+    "clef-candle",
+    SERVICE,
+    LIVE,
+    CANDIDATE,
+    False,
+    {"latency": {"levels": [1], "margins": {"tpot": 1.25, "itl_p99": 5.0, "throughput": 0.8}}},
+    candidate_changes={"replicas": 2},
+    spare_gpus=False,
 )
 
 
@@ -139,6 +156,8 @@ class Stage:
 
 def _spec(stage: Stage, cell: Cell) -> Path:
     changes: dict[str, Any] = {"gates": {k: dict(v) for k, v in cell.target.gates.items()}}
+    if cell.target.candidate_changes:
+        changes["candidate"] = dict(cell.target.candidate_changes)
     if cell.step == "image wait":  # a tag CI has not published yet: the run waits for it
         changes["image"] = {"tag": f"sm70-{uuid.uuid4().hex[:8]}"}
     if cell.image_timeout_s is not None:
@@ -182,8 +201,25 @@ def _stopping_old_pods(stage: Stage, target: Target) -> bool:
     return ledger is not None and ledger.outage is not None and str(ledger.phase) in stopping
 
 
+def _retiring_before_scale_up(stage: Stage, target: Target) -> bool:
+    """The target fits only after retirement: the ledger still reads swapped and the
+    live Deployment has been told to stop (its pods still hold their GPU)."""
+    ledger = _ledger(stage.kube, stage.namespace, target.service)
+    if ledger is None or str(ledger.phase) != "swapped":
+        return False
+    live = stage.kube.apps.read_namespaced_deployment(target.live, stage.namespace)
+    return live.spec.replicas == 0
+
+
+PROBES = {
+    "plan": _in_plan,
+    "in place: old pods stop": _stopping_old_pods,
+    "retire before scale-up": _retiring_before_scale_up,
+}
+
+
 def _await_probe(stage: Stage, cell: Cell, process: subprocess.Popen[str]) -> None:
-    probe = _in_plan if cell.step == "plan" else _stopping_old_pods
+    probe = PROBES[cell.step]
     deadline = time.monotonic() + 420
     while True:
         with suppress(httpx.HTTPError, ApiException):
@@ -260,7 +296,7 @@ def _await_step(stage: Stage, cell: Cell, process: subprocess.Popen[str]) -> Non
         _await_selector_switched(stage, cell, process)
     elif cell.step == "apply":
         _await_candidate_applied(stage, cell, process)
-    elif cell.step in ("plan", "in place: old pods stop"):
+    elif cell.step in PROBES:
         _await_probe(stage, cell, process)
     else:
         service = cell.target.service

@@ -3,7 +3,7 @@
 The matrix's cells, in tests/faults/cells.py's order, are cut into windows of SIZE
 consecutive cells; a commit runs window number (its count of commits, `git rev-list
 --count HEAD`) modulo the number of windows. Successive commits take successive windows,
-so every cell runs once every `windows()` commits (30 with 60 cells), a day or a few
+so every cell runs once every `windows()` commits (31 with 61 cells), a day or a few
 of this project's commits. SIZE is 2: a cell takes 1-3 minutes on the shared 2-core
 machines (up to 6 on a loaded one), so the subset adds about 5 minutes to one of the two
 test workers (the two fixed default cells it replaces took 4.6 minutes together).

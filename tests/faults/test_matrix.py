@@ -1,7 +1,7 @@
 """The fault matrix: every cell of tests/faults/cells.py against the sandbox.
 
 By default a rotating subset runs: two consecutive cells chosen from the commit
-(tests/faults/rotation.py), so every cell runs once in 30 commits; the others are `slow`.
+(tests/faults/rotation.py), so every cell runs once in 31 commits; the others are `slow`.
 The whole matrix is one command (docs/faults.md):
 
     HANDOFF_FAULTS_RESULTS=tests/faults/results.json \\
@@ -68,7 +68,7 @@ def test_cell(
     tmp_path: Path,
     results_file: Path,
 ) -> None:
-    if not cell.target.in_place:  # the spare node's GPUs; in place needs them taken
+    if cell.target.spare_gpus and not cell.target.in_place:  # in place needs them taken
         request.getfixturevalue("spare_gpus")
     stage = Stage(sandbox, kube, seeded, handoff_env, world, tmp_path)
     seen = Seen()
