@@ -210,14 +210,14 @@ CELLS: list[Cell] = [
         )
         for step in ("gates", "scale", "rollback")
     ),
-    # A target that fits only after the retirement, and the GPU the retirement frees
-    # taken by another team's pod: the scale-up fails, the Service stays on the
-    # candidate at its preview size while the live workload, restored, waits for a GPU
-    # (30 s, until the other team scales back), and only then moves back.
+    # A target that fits only after the retirement, and the GPU node cordoned as the live
+    # pods stop: the scale-up cannot be scheduled, the Service stays on the candidate at
+    # its preview size while the live workload, restored, waits for the node (30 s,
+    # until it is uncordoned), and only then moves back.
     Cell(
-        "another team's pod takes the freed GPU",
+        "GPU node cordoned",
         "retire before scale-up",
-        faults.gpu_taken_at_retirement,
+        faults.node_cordoned_at_retirement,
         frozenset({ROLLED_BACK}),
         cause="Unschedulable",
         target=SCALE_AFTER_RETIRE,

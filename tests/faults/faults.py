@@ -25,7 +25,6 @@ from sandbox.registry_front import RegistryFront
 from sandbox.state import SandboxState, write_state
 
 LIVE, CANDIDATE, SERVICE = "clef-serve", "clef-candle", "clef-serve"
-OTHER = "reasoning-long"  # another team's GPU Deployment in the namespace (one pod)
 
 
 @dataclass
@@ -73,24 +72,26 @@ def sigterm_then_sigkill(grace_s: float) -> Fault:
     return fault
 
 
-def gpu_taken_at_retirement(scene: Scene) -> None:
-    """Another team scales its Deployment up as the live pods are told to stop: its new
-    pod, pending first, takes the GPU they free, so the candidate's scale-up that needed
-    it cannot be scheduled, and the live workload the rollback restores waits for a GPU
-    too. The other team scales back 30 s into the rollback; the restore then finds one."""
-    apps, ns = scene.kube.apps, scene.namespace
-    apps.patch_namespaced_deployment_scale(OTHER, ns, {"spec": {"replicas": 2}})
+def node_cordoned_at_retirement(scene: Scene) -> None:
+    """The GPU node is cordoned (maintenance) as the live pods are told to stop: the
+    candidate's scale-up that needed the GPU they free cannot be scheduled, and the live
+    workload the rollback restores cannot be either. The node is uncordoned 30 s into
+    the rollback; the restore then finds the GPU."""
+    core, ns = scene.kube.core, scene.namespace
+    pods = core.list_namespaced_pod(ns, label_selector=f"app={LIVE}").items
+    node = next(p.spec.node_name for p in pods if p.spec.node_name)
+    core.patch_node(node, {"spec": {"unschedulable": True}})
     try:
         deadline = time.monotonic() + 420
         while scene.process.poll() is None and time.monotonic() < deadline:
-            service = scene.kube.core.read_namespaced_service(SERVICE, ns)
+            service = core.read_namespaced_service(SERVICE, ns)
             ledger = parse_ledger(service.metadata.annotations or {})
             if ledger is not None and str(ledger.phase) == "rolling-back":
                 time.sleep(30)
                 break
             time.sleep(0.2)
     finally:
-        apps.patch_namespaced_deployment_scale(OTHER, ns, {"spec": {"replicas": 1}})
+        core.patch_node(node, {"spec": {"unschedulable": False}})
 
 
 def nothing(scene: Scene) -> None:

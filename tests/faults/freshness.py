@@ -77,7 +77,7 @@ FAULT_FILES: dict[str, tuple[str, ...]] = {
     "flow SIGTERM": ("flows/signals.py",),
     "worker cancels": ("flows/signals.py",),
     "same spec run again": (),
-    "another team's pod takes the freed GPU": (),
+    "GPU node cordoned": ("flows/rollback.py",),
     "kube-apiserver down": ("flows/kube/client.py", "retrypolicy"),
     "etcd SIGSTOP": ("flows/kube/client.py", "retrypolicy"),
     "Prefect server restarted": ("flows/slots.py",),
