@@ -122,8 +122,9 @@ def test_a_candidate_failing_in_the_bake_goes_back_to_the_warm_pods(
     )
     with _clients(sandbox, seeded) as load:
         time.sleep(1.0)
-        _fail_every_third(sandbox, kube, seeded)
+        # Taken before the fault is set: a request started while it is being set meets it.
         fault_on = time.monotonic()
+        _fail_every_third(sandbox, kube, seeded)
         back = _until(
             "the Service back on the old pods",
             lambda: service(kube, seeded, "clef-serve").spec.selector == OLD,
