@@ -9,6 +9,7 @@ from __future__ import annotations
 import subprocess
 import time
 import uuid
+from collections.abc import Callable
 from contextlib import closing, nullcontext, suppress
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -235,12 +236,33 @@ def _await_candidate_applied(stage: Stage, cell: Cell, process: subprocess.Popen
     apps, ns, name = stage.kube.apps, stage.namespace, cell.target.candidate
     listed = apps.list_namespaced_deployment(ns, field_selector=f"metadata.name={name}")
     assert not listed.items, f"{cell.key}: {name} exists before the run"
+
+    def created(kind: str, found: Any) -> bool:
+        if kind != "ADDED":
+            return False
+        assert found.spec.replicas == 0, (cell.key, found.spec.replicas)
+        return True
+
+    _watch_until(apps.list_namespaced_deployment, ns, name, listed, created, process, cell)
+
+
+def _watch_until(
+    list_fn: Callable[..., Any],
+    namespace: str,
+    name: str,
+    listed: Any,
+    seen: Callable[[str, Any], bool],
+    process: subprocess.Popen[str],
+    cell: Cell,
+) -> None:
+    """Follow the object `name` on a watch from the list `listed` until `seen(event type,
+    object)` is true, while the run goes on."""
     version = listed.metadata.resource_version
     deadline = time.monotonic() + 420
     while True:
         stream = watch.Watch().stream(
-            apps.list_namespaced_deployment,
-            ns,
+            list_fn,
+            namespace,
             field_selector=f"metadata.name={name}",
             resource_version=version,
             timeout_seconds=5,
@@ -248,8 +270,7 @@ def _await_candidate_applied(stage: Stage, cell: Cell, process: subprocess.Popen
         for event in stream:
             found = event["object"]
             version = found.metadata.resource_version
-            if event["type"] == "ADDED":
-                assert found.spec.replicas == 0, (cell.key, found.spec.replicas)
+            if seen(event["type"], found):
                 return
         _still_running(process, cell, deadline)
 
@@ -267,26 +288,18 @@ def _await_selector_switched(stage: Stage, cell: Cell, process: subprocess.Popen
     to follow; the fault lands within that wait or, where the routes were quicker, in the
     scale-up right after)."""
     core, ns, name = stage.kube.core, stage.namespace, cell.target.service
-    deadline = time.monotonic() + 420
-    version = core.list_namespaced_service(ns, field_selector=f"metadata.name={name}")
-    resource_version = version.metadata.resource_version
-    while True:
-        stream = watch.Watch().stream(
-            core.list_namespaced_service,
-            ns,
-            field_selector=f"metadata.name={name}",
-            resource_version=resource_version,
-            timeout_seconds=5,
-        )
-        for event in stream:
-            found = event["object"]
-            resource_version = found.metadata.resource_version
-            ledger = parse_ledger(found.metadata.annotations or {})
-            switched = ledger is not None and ledger.revision is not None
-            if switched and (found.spec.selector or {}).get(REVISION_LABEL) == ledger.revision:
-                assert str(ledger.phase) == "approved", (cell.key, str(ledger.phase))
-                return
-        _still_running(process, cell, deadline)
+    listed = core.list_namespaced_service(ns, field_selector=f"metadata.name={name}")
+
+    def switched(kind: str, found: Any) -> bool:
+        ledger = parse_ledger(found.metadata.annotations or {})
+        if ledger is None or ledger.revision is None:
+            return False
+        if (found.spec.selector or {}).get(REVISION_LABEL) != ledger.revision:
+            return False
+        assert str(ledger.phase) == "approved", (cell.key, str(ledger.phase))
+        return True
+
+    _watch_until(core.list_namespaced_service, ns, name, listed, switched, process, cell)
 
 
 def _await_step(stage: Stage, cell: Cell, process: subprocess.Popen[str]) -> None:
