@@ -16,6 +16,10 @@ level of the same run, and the old/new ratios are printed. Errors are client −
 With 4 or more cores the server runs on CPU 1 and the client on CPU 2.
 
     uv run python benchmarks/client_accuracy.py [--compare] [--levels 1,16,64,256]
+        [--record benchmarks/results/client_accuracy_quiet.json]
+
+`--record PATH` writes the figures with their provenance (benchmarks/record.py) for
+docs/performance.md (`python -m benchmarks.tables --docs`).
 """
 
 from __future__ import annotations
@@ -32,6 +36,8 @@ from pathlib import Path
 import httpx
 import numpy as np
 
+from benchmarks.record import Provenance, finite, provenance, write
+from benchmarks.schemas import AccuracyLevel, ClientAccuracyRecord
 from gates.http.records import RequestRecord
 from gates.latency.load import RequestShape, Run, StreamPool, Transport
 from gates.latency.metrics import compute_request_metrics
@@ -175,9 +181,30 @@ def dump(path: Path, runs: list[LevelRun], truth: dict[str, dict]) -> None:
         for level in runs:
             for record in level.run.records:
                 server = truth.get(record.response_id or "", {})
-                row = {"transport": level.transport, "streams": level.concurrency}
+                row: dict[str, object] = {"transport": level.transport}
+                row |= {"streams": level.concurrency}
                 row |= {"client": record.model_dump(), "server": server}
                 out.write(json.dumps(row) + "\n")
+
+
+def to_record(
+    rows: list[tuple[LevelRun, dict[str, float]]],
+    origin: Provenance,
+    args: argparse.Namespace,
+    pinned: bool,
+) -> ClientAccuracyRecord:
+    metrics = ["ttft_mean", "ttft_p99", "gap_p99", "tpot_p99", "lag_p50", "lag_p99"]
+    metrics += ["srv_p99", "queue_p99", "cpu_1k"]
+    levels = []
+    for level, row in rows:
+        fields: dict[str, object] = {name: finite(row[name]) for name in metrics}
+        fields |= {"transport": level.transport, "streams": level.concurrency}
+        fields |= {name: int(row[name]) for name in ("requests", "matched", "failed")}
+        fields |= {"load_1m": round(level.load_1m, 2), "other_pct": round(level.other_pct, 1)}
+        levels.append(AccuracyLevel.model_validate(fields))
+    return ClientAccuracyRecord(
+        provenance=origin, max_tokens=args.max_tokens, pinned=pinned, levels=levels
+    )
 
 
 def main() -> None:
@@ -189,7 +216,9 @@ def main() -> None:
     parser.add_argument("--compare", action="store_true", help="httpx and native, same run")
     parser.add_argument("--transport", default="native", choices=["native", "httpx"])
     parser.add_argument("--dump", type=Path, help="write per-request client and server stamps")
+    parser.add_argument("--record", type=Path, help="write the figures and their provenance")
     args = parser.parse_args()
+    origin = provenance() if args.record else None  # the load before the run's own
     levels = [int(level) for level in args.levels.split(",")]
     transports: list[Transport] = ["httpx", "native"] if args.compare else [args.transport]
     pin = (os.cpu_count() or 1) >= 4
@@ -209,7 +238,10 @@ def main() -> None:
     truth = {entry["id"]: entry for entry in map(json.loads, lines)}
     if args.dump:
         dump(args.dump, runs, truth)
-    print_rows([(level, summarise_level(level, truth)) for level in runs], args.compare)
+    rows = [(level, summarise_level(level, truth)) for level in runs]
+    print_rows(rows, args.compare)
+    if args.record and origin is not None:
+        write(args.record, to_record(rows, origin, args, pin))
 
 
 if __name__ == "__main__":

@@ -16,6 +16,10 @@ each bootstrap unit (`resample`: whole rounds, the default, and single requests)
 idle (seeded), the load under which a round-level unit matters.
 
     uv run python benchmarks/latency_power.py [--levels 1,16] [--collect-rounds 16] [--bursts 8]
+        [--record benchmarks/results/latency_power_quiet.json]
+
+`--record PATH` writes the rates with their provenance (benchmarks/record.py) for
+docs/performance.md (`python -m benchmarks.tables --docs`).
 """
 
 from __future__ import annotations
@@ -36,6 +40,8 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks.record import load_1m, provenance, write
+from benchmarks.schemas import LatencyPowerRecord, PowerCell, PowerLevel
 from gates.common.settings import LatencySettings
 from gates.http import api
 from gates.latency.gate import BASELINE, CANDIDATE, evaluate_level, is_certain
@@ -50,6 +56,7 @@ class Collected:
     concurrency: int
     rounds: dict[str, list[Run]]  # side -> one run per round
     round_s: float  # mean seconds of one side's round
+    load_1m: float  # after the rounds were measured
 
 
 async def collect(urls: dict[str, str], concurrency: int, args: argparse.Namespace) -> Collected:
@@ -80,7 +87,7 @@ async def collect(urls: dict[str, str], concurrency: int, args: argparse.Namespa
     finally:
         for pool in pools.values():
             await pool.__aexit__(None, None, None)
-    return Collected(concurrency, rounds, round_s)
+    return Collected(concurrency, rounds, round_s, load_1m())
 
 
 Verdict = tuple[bool, int, tuple[str, ...]]  # failed, rounds used, the metrics that regressed
@@ -118,17 +125,16 @@ def trial(job: tuple[int, str, int, bool, str, int]) -> Verdict:
     return decide(data, candidate, picks, settings)
 
 
-def analyse(index: int, args: argparse.Namespace, pool: ProcessPoolExecutor) -> None:
+def analyse(index: int, args: argparse.Namespace, pool: ProcessPoolExecutor) -> PowerLevel:
     data = _COLLECTED[index]
-    print(
-        f"\n{data.concurrency} streams: {LatencySettings().requests_per_round(data.concurrency)}"
-        f" requests a round, {data.round_s:.2f} s a side's round"
-    )
+    n_round = LatencySettings().requests_per_round(data.concurrency)
+    print(f"\n{data.concurrency} streams: {n_round} requests a round, {data.round_s:.2f} s a round")
     print(
         f"{'rounds':>6} {'design':>10} {'unit':>8} {'false alarms':>14} {'detection':>12} "
         f"{'rounds used twin/slow':>22} {'s per level':>12}  false alarms on"
     )
     units = ("round", "request") if data.concurrency > 1 else ("request",)
+    cells = []
     for max_rounds, sequential, unit in itertools.product(args.budgets, (False, True), units):
         rates = {}
         for candidate in ("twin", "slow"):
@@ -137,17 +143,35 @@ def analyse(index: int, args: argparse.Namespace, pool: ProcessPoolExecutor) -> 
                 for seed in range(args.trials)
             ]
             rates[candidate] = list(pool.map(trial, jobs, chunksize=4))
-        fa = sum(failed for failed, _, _ in rates["twin"])
-        det = sum(failed for failed, _, _ in rates["slow"])
-        used = [np.mean([n for _, n, _ in rates[c]]) for c in ("twin", "slow")]
+        used = [float(np.mean([n for _, n, _ in rates[c]])) for c in ("twin", "slow")]
         alarms = Counter(metric for _, _, metrics in rates["twin"] for metric in metrics)
-        seconds = max(used) * data.round_s * 2
-        design = "sequential" if sequential else "fixed"
-        print(
-            f"{max_rounds:>6} {design:>10} {unit:>8} {fa / args.trials:>8.1%} ({fa:>3}) "
-            f"{det / args.trials:>6.1%} ({det:>3}) {used[0]:>10.1f} / {used[1]:<9.1f}"
-            f"{seconds:>12.1f}  {', '.join(f'{m} {n}' for m, n in alarms.most_common())}"
+        cell = PowerCell(
+            rounds=max_rounds,
+            design="sequential" if sequential else "fixed",
+            unit=unit,
+            trials=args.trials,
+            false_alarms=sum(failed for failed, _, _ in rates["twin"]),
+            detections=sum(failed for failed, _, _ in rates["slow"]),
+            rounds_used_twin=round(used[0], 2),
+            rounds_used_slow=round(used[1], 2),
+            seconds_per_level=round(max(used) * data.round_s * 2, 1),
+            false_alarm_metrics=dict(alarms.most_common()),
         )
+        cells.append(cell)
+        fa, det = cell.false_alarms, cell.detections
+        print(
+            f"{max_rounds:>6} {cell.design:>10} {unit:>8} {fa / args.trials:>8.1%} ({fa:>3}) "
+            f"{det / args.trials:>6.1%} ({det:>3}) {used[0]:>10.1f} / {used[1]:<9.1f}"
+            f"{cell.seconds_per_level:>12.1f}  "
+            f"{', '.join(f'{m} {n}' for m, n in alarms.most_common())}"
+        )
+    return PowerLevel(
+        streams=data.concurrency,
+        requests_per_round=n_round,
+        round_s=round(data.round_s, 3),
+        load_1m=data.load_1m,
+        cells=cells,
+    )
 
 
 def burst(seed: int) -> None:
@@ -172,7 +196,9 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=200)
     parser.add_argument("--bursts", type=int, default=0, help="bursty CPU hogs while measuring")
     parser.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2) - 2))
+    parser.add_argument("--record", type=Path, help="write the rates and their provenance")
     args = parser.parse_args()
+    origin = provenance() if args.record else None  # the load before the run's own
     args.budgets = [int(b) for b in args.budgets.split(",")]
     if max(args.budgets) > args.collect_rounds:
         parser.error(
@@ -205,8 +231,16 @@ def main() -> None:
         f"from {args.collect_rounds} measured"
     )
     with ProcessPoolExecutor(args.workers, mp_context=context) as pool:
-        for index in range(len(_COLLECTED)):
-            analyse(index, args, pool)
+        analysed = [analyse(index, args, pool) for index in range(len(_COLLECTED))]
+    if args.record and origin is not None:
+        power = LatencyPowerRecord(
+            provenance=origin,
+            profile=args.profile,
+            collect_rounds=args.collect_rounds,
+            bursts=args.bursts,
+            levels=analysed,
+        )
+        write(args.record, power)
 
 
 if __name__ == "__main__":

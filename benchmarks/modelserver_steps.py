@@ -9,6 +9,10 @@ CALIBRATION_PROMPT_TOKENS tokens, the first of 16 prefilled alone and the other 
 For `cadence` it also prints the jitter |gap - interval| p50/p99/max at 64 streams.
 
     uv run python benchmarks/modelserver_steps.py [--tokens 48] [--profiles a,b]
+        [--record benchmarks/results/modelserver_steps_quiet.json]
+
+`--record PATH` writes the figures with their provenance (benchmarks/record.py) for
+docs/performance.md (`python -m benchmarks.tables --docs`).
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks.record import load_1m, provenance, write
+from benchmarks.schemas import Jitter, ModelServerStepsRecord, StepLevel
 from sandbox.modelserver import PROFILES, Profile, ServerConfig
 from sandbox.modelserver.api.groundtruth import RequestTiming, read_ground_truth
 from sandbox.modelserver.drive import load_body, run_streams
@@ -53,35 +59,64 @@ def calibrated_ttft_ms(spec: Profile, streams: int) -> float:
     return (alone + (streams - 1) * together) / streams
 
 
-def level_row(profile: str, streams: int, records: list[RequestTiming]) -> str:
+def level_figures(profile: str, streams: int, records: list[RequestTiming]) -> StepLevel:
     spec = PROFILES[profile]
-    step_target, step = spec.step_ms(streams), steady_gaps_ms(records).mean()
-    ttft_target, ttft = calibrated_ttft_ms(spec, streams), ttft_ms(records)
-    cells = [f"{step_target:.2f}", f"{step:.2f}", f"{step / step_target:.4f}"]
-    cells += [f"{ttft_target:.1f}", f"{ttft:.1f}", f"{ttft / ttft_target:.3f}"]
-    return ROW.format(profile, streams, *cells)
+    return StepLevel(
+        profile=profile,
+        streams=streams,
+        step_target_ms=spec.step_ms(streams),
+        step_ms=round(float(steady_gaps_ms(records).mean()), 4),
+        ttft_target_ms=round(calibrated_ttft_ms(spec, streams), 2),
+        ttft_ms=round(ttft_ms(records), 2),
+        load_1m=load_1m(),
+    )
 
 
-def measure(profile: str, tokens: int, workdir: Path) -> None:
+def level_row(level: StepLevel) -> str:
+    step, ttft = level.step_ms / level.step_target_ms, level.ttft_ms / level.ttft_target_ms
+    cells = [f"{level.step_target_ms:.2f}", f"{level.step_ms:.2f}", f"{step:.4f}"]
+    cells += [f"{level.ttft_target_ms:.1f}", f"{level.ttft_ms:.1f}", f"{ttft:.3f}"]
+    return ROW.format(level.profile, level.streams, *cells)
+
+
+def measure(profile: str, tokens: int, workdir: Path) -> tuple[list[StepLevel], list[Jitter]]:
     truth = workdir / f"{profile}.jsonl"
     spec = PROFILES[profile]
+    levels, jitters = [], []
     with launched(ServerConfig(profile=profile, port=0, ground_truth=truth)) as server:
         for streams in LEVELS:
-            print(level_row(profile, streams, run_level(server, truth, streams, tokens)))
+            level = level_figures(profile, streams, run_level(server, truth, streams, tokens))
+            print(level_row(level))
+            levels.append(level)
         if spec.batching == "cadence":
             jitter = jitter_ms(run_level(server, truth, 64, 2 * tokens), spec.step_ms_1)
-            p50, p99, top = np.quantile(jitter, [0.5, 0.99, 1.0])
+            p50, p99, top = (round(float(q), 4) for q in np.quantile(jitter, [0.5, 0.99, 1.0]))
+            jitters.append(
+                Jitter(
+                    profile=profile,
+                    streams=64,
+                    interval_ms=spec.step_ms_1,
+                    p50_ms=p50,
+                    p99_ms=p99,
+                    max_ms=top,
+                    gaps=len(jitter),
+                    load_1m=load_1m(),
+                )
+            )
             print(
                 f"{'':<20} {64:>7}   jitter |gap-{spec.step_ms_1:g}| ms: "
                 f"p50 {p50:.3f}  p99 {p99:.3f}  max {top:.3f}  ({len(jitter)} gaps)"
             )
+    return levels, jitters
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tokens", type=int, default=48, help="completion tokens per stream")
     parser.add_argument("--profiles", default=",".join(PROFILES), help="comma-separated")
+    parser.add_argument("--record", type=Path, help="write the figures and their provenance")
     args = parser.parse_args()
+    origin = provenance() if args.record else None  # the load before the run's own
     print(
         ROW.format(
             "profile",
@@ -94,9 +129,17 @@ def main() -> None:
             "ratio",
         )
     )
+    levels, jitters = [], []
     with tempfile.TemporaryDirectory() as tmp:
         for profile in args.profiles.split(","):
-            measure(profile, args.tokens, Path(tmp))
+            measured, jitter = measure(profile, args.tokens, Path(tmp))
+            levels += measured
+            jitters += jitter
+    if args.record and origin is not None:
+        steps = ModelServerStepsRecord(
+            provenance=origin, tokens=args.tokens, levels=levels, jitter=jitters
+        )
+        write(args.record, steps)
 
 
 if __name__ == "__main__":
