@@ -37,6 +37,7 @@ from gates.common.settings import ParityTolerances
 from gates.parity.gate import ParityResult, collect_candidate, judge
 from gates.parity.golden import record_golden_async
 from gates.parity.golden_format import Golden, GoldenSettings, LongContextSettings
+from gates.parity.long_context import LongContextFigures
 from sandbox.engines.llamacpp import LlamaServer, ServerOptions, Variant
 
 REPO = Path(__file__).resolve().parents[1]
@@ -98,12 +99,12 @@ class Row:
                 lambda p: not p.divergence.in_each_others_top_k,
             ),
             "max gap at divergence (nats)": max(
-                (_max_gap(p) for p in f.prompts if p.divergence and _max_gap(p) is not None),
+                (gap for p in f.prompts if p.divergence and (gap := _max_gap(p)) is not None),
                 default=0.0,
             ),
             "chat prompts with another template": float(sum(p.template_differs for p in chats)),
             "long: last quarter mean KL": lc.buckets[-1].kl_mean if lc and lc.buckets else None,
-            "long: last / first quarter": lc.late_to_early if lc else None,
+            "long: last / first quarter": _late_to_early(lc) if lc else None,
             "long: trend rho": lc.trend_rho if lc else None,
             "long: prompts refused": float(bool(lc.refused)) if lc else None,
         }
@@ -128,6 +129,14 @@ CHECKS = [
 
 def _share(items: list, predicate) -> float:  # type: ignore[no-untyped-def]
     return sum(1 for i in items if predicate(i)) / len(items) if items else 0.0
+
+
+def _late_to_early(figures: LongContextFigures) -> float | None:
+    """The longest quarter's mean KL over the shortest's (the gate reports their difference)."""
+    buckets = figures.buckets
+    if len(buckets) < 2 or buckets[0].kl_mean <= 0:
+        return None
+    return buckets[-1].kl_mean / buckets[0].kl_mean
 
 
 def _max_gap(p) -> float | None:  # type: ignore[no-untyped-def]
