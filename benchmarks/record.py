@@ -5,8 +5,10 @@ the date (UTC), the command and the machine (cores, load averages at the start);
 figures carry the load average taken while they were measured. docs/performance.md's tables
 are rendered from these files by `python -m benchmarks.tables --docs`, never typed.
 
-On a copy of the tree without its git history (a lent machine), `BENCHMARK_COMMIT` names
-the commit the copy was taken at.
+On a copy of the tree (another machine), `BENCHMARK_COMMIT` names the commit the copy was
+taken at: it wins over the copy's own git metadata, which may be older than the tree. The
+measured code is then compared with that commit where the copy's history holds it, and
+`dirty_files` is null (not checked) where it does not.
 """
 
 from __future__ import annotations
@@ -36,7 +38,9 @@ class Frozen(BaseModel):
 
 class Provenance(Frozen):
     commit: str = Field(pattern=r"^[0-9a-f]{40}$", description="git rev-parse HEAD")
-    dirty_files: list[str] = Field(description="measured code that differed from the commit")
+    dirty_files: list[str] | None = Field(
+        description="measured code that differed from the commit; null: not checked"
+    )
     date: AwareDatetime = Field(description="when the benchmark started, UTC")
     command: str
     cpus: int = Field(ge=1)
@@ -64,16 +68,20 @@ def _git(*args: str) -> str | None:
     return done.stdout
 
 
+def _changed_since(commit: str) -> list[str] | None:
+    """The measured code that differs from `commit` (untracked files too), or None when
+    this checkout's history lacks the commit."""
+    if _git("cat-file", "-e", f"{commit}^{{commit}}") is None:
+        return None
+    changed = _git("diff", "--name-only", commit, "--", *MEASURED_CODE, NOT_CODE) or ""
+    new = _git("ls-files", "--others", "--exclude-standard", "--", *MEASURED_CODE, NOT_CODE)
+    return sorted({*changed.split(), *(new or "").split()})
+
+
 def provenance() -> Provenance:
     """The commit, the date and the machine, as the benchmark starts."""
-    head = _git("rev-parse", "HEAD")
-    if head is not None:
-        head = head.strip()
-        changed = _git("status", "--porcelain", "--", *MEASURED_CODE, NOT_CODE) or ""
-        dirty = sorted(line[3:] for line in changed.splitlines())  # each line "XY path"
-    elif os.environ.get(COMMIT_ENV):
-        head, dirty = os.environ[COMMIT_ENV], []
-    else:
+    head = os.environ.get(COMMIT_ENV) or (_git("rev-parse", "HEAD") or "").strip()
+    if not head:
         raise RuntimeError(
             f"the benchmark's record needs the commit it runs on: {ROOT} is no git checkout "
             f"and {COMMIT_ENV} is unset; set {COMMIT_ENV} to the commit this tree was copied at"
@@ -81,7 +89,7 @@ def provenance() -> Provenance:
     one, five, fifteen = (round(v, 2) for v in os.getloadavg())
     return Provenance(
         commit=head,
-        dirty_files=dirty,
+        dirty_files=_changed_since(head),
         date=datetime.now(UTC).replace(microsecond=0),
         command=shlex.join(["python", *sys.argv]),
         cpus=os.cpu_count() or 1,
