@@ -56,14 +56,18 @@ class Change(BaseModel):
 class PersonEdited(PermanentError):
     """Someone changed an object this handoff works on while it ran."""
 
-    def __init__(self, run: HandoffRun, changes: list[Change]) -> None:
+    def __init__(
+        self, run: HandoffRun, changes: list[Change], *, failure: BaseException | None = None
+    ) -> None:
         namespace = run.spec.namespace
         self.objects = sorted({c.object for c in changes})
+        # A step that failed meanwhile failed on the edit, most likely; its words are kept.
+        met = f" (the step met it as: {failure})" if failure is not None else ""
         super().__init__(
             f"handoff {run.ledger.handoff_id} stopped at phase {run.ledger.phase}: changed "
-            f"while it ran, not by it: {'; '.join(c.line(namespace) for c in changes)}. "
-            "Nothing of that was overwritten: the rollback leaves those objects as they "
-            "are now. Check that the change was meant, then run the handoff again (it "
+            f"while it ran, not by it: {'; '.join(c.line(namespace) for c in changes)}"
+            f"{met}. Nothing of that was overwritten: the rollback leaves those objects as "
+            "they are now. Check that the change was meant, then run the handoff again (it "
             "plans from the cluster as it is then)"
         )
 

@@ -47,6 +47,8 @@ from flows.run import HandoffRun
 from flows.start import ensure_not_rolling_back
 
 T = TypeVar("T")
+# Failures that already say what was edited (or that the run may not look any more).
+EXPLAINED = (drift.PersonEdited, drift.ServiceGone, SelectorEdited, ReplicasEdited, LeaseLost)
 STEP_COUNT = 11
 
 
@@ -83,7 +85,12 @@ def step(name: str, *, forward: bool = True) -> Callable[[Callable[..., T]], Tas
                 if forward:
                     signals.check()
                     drift.check(run)
-                result = fn(run, *args, **kwargs)
+                try:
+                    result = fn(run, *args, **kwargs)
+                except Exception as failure:
+                    if forward:
+                        _blame_edit(run, failure)
+                    raise
                 if forward:
                     signals.check()  # a cancellation during the step, should it be lost
                     drift.check(run)
@@ -94,6 +101,22 @@ def step(name: str, *, forward: bool = True) -> Callable[[Callable[..., T]], Tas
         return task(name=name, cache_policy=NO_CACHE)(body)
 
     return wrap
+
+
+def _blame_edit(run: HandoffRun, failure: Exception) -> None:
+    """A step that failed because a person changed what it works on (a selector edited
+    while the swap waited for its routes) ends as that edit: PersonEdited names it and
+    the rollback leaves it as found, where the bare failure would be rolled over it."""
+    if isinstance(failure, EXPLAINED):
+        return
+    try:
+        changes = drift.observe(run)
+    except drift.ServiceGone as gone:
+        raise gone from failure
+    except Exception:  # a failed look keeps the step's own failure
+        return
+    if changes:
+        raise drift.PersonEdited(run, changes, failure=failure) from failure
 
 
 @step("wait-for-image")

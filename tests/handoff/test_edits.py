@@ -1,9 +1,10 @@
 """Every write is decided from a read, and a person's edit made meanwhile is never
 overwritten nor built upon: `kubectl set image` on a gated candidate stops the handoff
 before the swap (the pods keep the gated revision label, but not the gated template); a
-selector a person sets during the swap's wait for a Ready pod is left as it is; a killed
-run whose candidate manifest has changed since it was gated refuses to resume; a count a
-person sets on the live Deployment during a rollback is not restored over."""
+selector a person sets during the swap's wait for a Ready pod, or for its routes, is left
+as it is; a killed run whose candidate manifest has changed since it was gated refuses to
+resume; a count a person sets on the live Deployment during a rollback is not restored
+over."""
 
 from __future__ import annotations
 
@@ -107,6 +108,50 @@ def test_a_selector_a_person_sets_during_the_swaps_wait_is_not_overwritten(
     ledger = parse_ledger(svc.metadata.annotations)
     assert ledger is not None and ledger.phase == "rolled-back", run.output[-3000:]
     assert ledger.edited == [f"Service {SERVICE}"], ledger
+
+
+def test_a_selector_a_person_sets_while_the_swap_waits_for_its_routes_is_not_overwritten(
+    sandbox: SandboxState, kube: Kube, seeded: str, handoff_env: dict[str, str], tmp_path: Path
+) -> None:
+    """The swap has switched the selector and waits for the routes to follow; a person
+    narrows it to the live pods' ReplicaSet meanwhile. The wait ends on that edit, and
+    the rollback leaves it (the person's selector has the shape of a pin of the live
+    workload, which the rollback would otherwise take for its own and restore over)."""
+    assert sandbox.control_plane is not None, "the test needs its own control plane"
+    controller = next(
+        p for p in sandbox.control_plane.processes if p.name == "kube-controller-manager"
+    )
+    spec_file = spec_in(seeded, "clef-candle", tmp_path, gates=FAST)
+    live = kube.core.list_namespaced_pod(seeded, label_selector="app=clef-serve").items[0]
+    chosen = {"app": "clef-serve", "pod-template-hash": live.metadata.labels["pod-template-hash"]}
+    run = PausingRun.start(spec_file, handoff_env)
+    try:
+        key = run.wait_paused()
+        # Stopped, the endpoints controller does not follow the swap: its wait goes on.
+        os.kill(controller.pid, signal.SIGSTOP)
+        try:
+            run.answer(handoff_env, "alice", "looks good")
+            deadline = time.monotonic() + 120
+            while REVISION_LABEL not in (now := service(kube, seeded, SERVICE).spec.selector):
+                assert run.process.poll() is None, run.output[-3000:]
+                assert time.monotonic() < deadline, "the swap never switched the selector"
+                time.sleep(0.1)
+            dropped = {k: None for k in now if k not in chosen}  # replaced, as `kubectl edit`
+            body = {"spec": {"selector": {**dropped, **chosen}}}
+            kube.core.patch_namespaced_service(SERVICE, seeded, body)
+        finally:
+            os.kill(controller.pid, signal.SIGCONT)
+        code = run.finish_without_pausing(other_than=key)
+    finally:
+        if run.process.poll() is None:
+            run.process.kill()
+    assert code != 0, run.output[-3000:]
+    svc = service(kube, seeded, SERVICE)
+    assert svc.spec.selector == chosen, "the person's selector was overwritten"
+    ledger = parse_ledger(svc.metadata.annotations)
+    assert ledger is not None and ledger.phase == "rolled-back", run.output[-3000:]
+    assert ledger.edited == [f"Service {SERVICE}"], ledger
+    assert ledger.cause and "spec.selector" in ledger.cause, ledger.cause
 
 
 def test_a_killed_run_whose_manifest_changed_since_its_gates_refuses_to_resume(
