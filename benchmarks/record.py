@@ -29,7 +29,8 @@ RESULTS = ROOT / "benchmarks" / "results"
 COMMIT_ENV = "BENCHMARK_COMMIT"
 # The code a benchmark's figures depend on: an uncommitted change here is listed.
 MEASURED_CODE = ("benchmarks", "gates", "sandbox", "tests/gates/servers.py")
-NOT_CODE = ":(exclude)benchmarks/results"  # the records themselves
+# the records themselves, and the page's rendering of them
+NOT_CODE = (":(exclude)benchmarks/results", ":(exclude)benchmarks/tables")
 
 
 class Frozen(BaseModel):
@@ -73,8 +74,8 @@ def _changed_since(commit: str) -> list[str] | None:
     this checkout's history lacks the commit."""
     if _git("cat-file", "-e", f"{commit}^{{commit}}") is None:
         return None
-    changed = _git("diff", "--name-only", commit, "--", *MEASURED_CODE, NOT_CODE) or ""
-    new = _git("ls-files", "--others", "--exclude-standard", "--", *MEASURED_CODE, NOT_CODE)
+    changed = _git("diff", "--name-only", commit, "--", *MEASURED_CODE, *NOT_CODE) or ""
+    new = _git("ls-files", "--others", "--exclude-standard", "--", *MEASURED_CODE, *NOT_CODE)
     return sorted({*changed.split(), *(new or "").split()})
 
 
