@@ -64,6 +64,7 @@ from flows.serving import Route, Routing, Serving, route
 from flows.spec import HandoffSpec
 from flows.start import ensure_not_rolling_back, ensure_same_candidate
 from flows.swap import target_selector
+from flows.tasks import EXPLAINED
 from tests.kube.test_spec_fuzz import valid_spec
 
 NS = "ns"
@@ -76,6 +77,8 @@ EDITED_IMAGE = "r.invalid/s@sha256:" + "e" * 64
 LIVE_SELECTOR = {"app": "svc"}
 # What a person may point the Service at by hand: the live pods, or the candidate's.
 STABLE = {"track": "stable"}
+# Resolved when a person picks it: the live selector narrowed to the live pods' hash.
+LIVE_REPLICASET = {"pod-template-hash": "(the live pods')"}
 CANARY = {"track": "canary"}
 
 Steps = Generator[str, None, None]
@@ -246,6 +249,10 @@ class Cluster:
         return cls(selector=dict(LIVE_SELECTOR), workloads={LIVE: live})
 
     # --- reads ---------------------------------------------------------------
+    def live_pin(self) -> dict[str, str]:
+        """The live selector narrowed to the live pods' current ReplicaSet."""
+        return {**LIVE_SELECTOR, "pod-template-hash": self.workloads[LIVE].template_hash}
+
     def endpoints(self) -> dict[str, int]:
         """Ready pods the selector matches, per Deployment."""
         return {
@@ -620,9 +627,15 @@ class Handoff:
         yield "finished"
 
     def step(self, body: Callable[[], Steps]) -> Steps:
-        """flows.tasks.step: a drift check before and after each forward step."""
+        """flows.tasks.step: a drift check before and after each forward step, and one
+        more after a failure that does not already name an edit (_blame_edit)."""
         self.check()
-        yield from body()
+        try:
+            yield from body()
+        except HandoffError as failure:
+            if not isinstance(failure, EXPLAINED) and (changes := self.changes()):
+                raise drift.PersonEdited(self.r, changes, failure=failure) from failure
+            raise
         self.check()
 
     # --- the forward steps -------------------------------------------------

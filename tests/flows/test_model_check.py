@@ -40,6 +40,7 @@ from tests.flows.cluster_model import (
     CANDIDATE,
     EDITED_IMAGE,
     LIVE,
+    LIVE_REPLICASET,
     STABLE,
     Cluster,
     Handoff,
@@ -198,16 +199,23 @@ class HandoffMachine(RuleBasedStateMachine):
         self.c.person_touched, self.since_done = True, True
         self.trace.append(f"person: {what}")
 
-    @rule(to=st.sampled_from([STABLE, CANARY]), right_after_check=st.booleans(), rare=RARE)
+    @rule(
+        to=st.sampled_from([STABLE, CANARY, LIVE_REPLICASET]),
+        right_after_check=st.booleans(),
+        rare=RARE,
+    )
     def person_edits_selector(self, to: dict[str, str], right_after_check: bool, rare: int) -> None:
         """A person points the Service at the live pods or the candidate's, while they
-        serve; with right_after_check, between a step's drift check and its write."""
+        serve, or narrows it to the live pods' ReplicaSet (the shape of a pin); with
+        right_after_check, between a step's drift check and its write."""
         if rare:
             return
+        if to is LIVE_REPLICASET:
+            to = self.c.live_pin()
         serving = [
             w
             for w in self.c.workloads.values()
-            if w.ready and all(w.labels.get(k) == v for k, v in to.items())
+            if w.ready and all(w.pod_labels().get(k) == v for k, v in to.items())
         ]
         if not serving or self.c.selector == to:
             return
@@ -218,6 +226,10 @@ class HandoffMachine(RuleBasedStateMachine):
             own = [ledger.snapshot.selector, ledger.pin]
             if ledger.revision is not None:
                 own.append(service_selector(self.manifest, ledger.revision))
+            if ledger.phase is Phase.ROLLING_BACK:
+                # A rollback pins the restored pods by their hash read afresh: the same
+                # selector, which it cannot tell from a person's (docs/concepts.md).
+                own.append(self.c.live_pin())
             self.c.selector_by_person = to not in own
         if right_after_check and self.handoff is not None:
             self.handoff.skip_next_check = True
@@ -457,6 +469,25 @@ def test_a_rollback_does_not_stop_a_candidate_a_person_points_the_service_back_a
     m.run_on(steps=20, time_passes=True)
     assert not m.c.violations, m.c.violations
     assert m.c.endpoints() == {CANDIDATE: 1}, m.c.endpoints()
+
+
+def test_a_selector_a_person_narrows_while_the_swap_waits_for_its_routes_is_left() -> None:
+    """The swap has written the candidate's selector; before the routes follow it, a
+    person narrows the Service to the live pods' ReplicaSet (the shape of the pin a
+    rollback writes) and the wait times out. The failed step looks once more, finds the
+    edit, and the rollback leaves the person's selector as it is."""
+    m = HandoffMachine()
+    m.setup(shared=False)
+    m.start_a_run()
+    _until(m, "selector written")
+    m.person_edits_selector(to=LIVE_REPLICASET, right_after_check=False, rare=0)
+    pinned = m.c.selector
+    m.run_on(steps=1, time_passes=False)
+    assert m.handoff is not None and m.handoff.waiting, m.trace[-5:]
+    m.wait_times_out()
+    _until(m, "ended: failed: PersonEdited")
+    assert not m.c.violations, (m.c.violations, m.trace[-20:])
+    assert m.c.selector == pinned, m.c.selector
 
 
 @pytest.mark.parametrize("shared", [False, True], ids=["own labels", "shared labels"])
