@@ -5,7 +5,10 @@ follow from them; and one handoff run written as a generator that yields between
 writes, so a test can crash it, time out its waits or fail its next write anywhere.
 
 Side by side with a separate candidate Deployment (`current: [old]`, `candidate: cand`),
-the path the seeds take, with or without a bake before the retirement. The run makes the
+the path the seeds take, with or without a bake before the retirement; or in place with
+the same two Deployments (the old pods stop at the apply, once the outage's start is on
+the ledger; a rollback stops the candidate before it restores them). A twin (the
+candidate written as a copy of the live Deployment) is not modelled. The run makes the
 writes the real steps make, in their order (flows/handoff.py, start.py, apply.py, warm.py,
 gating.py, approve.py, swap.py, scale.py, rollback.py, session.py), and every decision it
 takes is the project's own function, called on snapshots built from the model:
@@ -42,6 +45,7 @@ from flows.ledger import (
     REVISION_LABEL,
     TERMINAL,
     Ledger,
+    OutageRecord,
     Phase,
     ServingWorkload,
     Snapshot,
@@ -49,6 +53,7 @@ from flows.ledger import (
     appended_history,
     history_entries,
     parse_ledger,
+    reached,
     unfinished_in,
 )
 from flows.plan import Plan, PlanRefused, _live_selector_pin
@@ -249,6 +254,15 @@ class Cluster:
         return cls(selector=dict(LIVE_SELECTOR), workloads={LIVE: live})
 
     # --- reads ---------------------------------------------------------------
+    def declared_outage(self) -> bool:
+        """In place, from the outage's start on the ledger until the swap, and through a
+        rollback (its candidate stops before the old pods come back): a window in which
+        the Service may have no ready endpoint (I1 does not hold there)."""
+        ledger = self.ledger()
+        if ledger is None or ledger.outage is None:
+            return False
+        return ledger.phase is Phase.ROLLING_BACK or not reached(ledger.phase, Phase.SWAPPED)
+
     def live_pin(self) -> dict[str, str]:
         """The live selector narrowed to the live pods' current ReplicaSet."""
         return {**LIVE_SELECTOR, "pod-template-hash": self.workloads[LIVE].template_hash}
@@ -316,7 +330,7 @@ class Cluster:
         change()
         self.writes += 1
         after = self.endpoints()
-        if before and not after:
+        if before and not after and not self.declared_outage():
             self.violations.append(f"I1: {what} left the Service with no ready endpoint")
         if len(after) > 1 and len(before) <= 1:
             self.violations.append(f"I2: {what} made the Service route to {sorted(after)}")
@@ -428,13 +442,21 @@ class Handoff:
         self.gates_fail = False
         self.bake_looks = 0  # the bake's length in yields; 0: no bake
         self.bake_breach = False
+        self.in_place = False  # the old pods stop at the apply (a declared outage)
         self.outcome: str | None = None  # how the process ended
         self.run: HandoffRun | None = None
         self.started_new = False
 
     # --- plumbing ----------------------------------------------------------
     def _run(self, ledger: Ledger, pin: dict[str, str] | None) -> HandoffRun:
-        plan = cast(Plan, PlanStub(manifest=self.manifest, pin_live_selector=pin))
+        strategy = Strategy(ledger.strategy)
+        stub = PlanStub(
+            manifest=self.manifest,
+            pin_live_selector=pin,
+            strategy=strategy,
+            decision=Decision(strategy=strategy, reasons=[]),
+        )
+        plan = cast(Plan, stub)
         return HandoffRun(kube=cast(Kube, None), spec=self.spec, plan=plan, ledger=ledger)
 
     @property
@@ -588,7 +610,7 @@ class Handoff:
                 spec=self.spec.name,
                 phase=Phase.DONE if done else Phase.STARTED,
                 cause=done,
-                strategy=str(Strategy.SIDE_BY_SIDE),
+                strategy=str(Strategy.IN_PLACE if self.in_place else Strategy.SIDE_BY_SIDE),
                 snapshot=self.snapshot(),
                 pin=pin,
                 started_at=now,
@@ -660,7 +682,8 @@ class Handoff:
         yield from self.step(self.scale_up_and_retire)
 
     def apply(self, pinned: str | None) -> Steps:
-        """flows/apply.py, side by side."""
+        """flows/apply.py: in place, the outage's start on the cluster, then the old pods
+        stop (their count from the ledger's record), and the step waits for them."""
         run = self.r
         image = pinned or PINNED
         revision = compute_revision(self.spec, self.manifest, image)
@@ -684,6 +707,13 @@ class Handoff:
         template = body["spec"]["template"]
         labels = dict(template["metadata"]["labels"])
         image_now = template["spec"]["containers"][0]["image"]
+        in_place = run.ledger.strategy == Strategy.IN_PLACE
+        if in_place:
+            if run.ledger.outage is None:
+                outage = OutageRecord(started=0.0, estimate_s=60.0, bound_s=120.0)
+                yield from self.advance(run.ledger.phase, outage=outage)
+            self.c.scale(LIVE, 0, expected=run.recorded_replicas(LIVE))
+            yield "old pods stopping"
 
         def change() -> None:
             existing = self.c.workloads.get(CANDIDATE)
@@ -705,6 +735,10 @@ class Handoff:
 
         self.c.write("apply the candidate at 0", change)
         yield "applied"
+        if in_place:
+            live = self.c.workloads[LIVE]
+            yield from self.wait("the old pods to stop", lambda: live.ready == 0)
+            yield from self.advance(Phase.OLD_STOPPED)
         applied = self.c.workloads[CANDIDATE]
         yield from self.advance(
             Phase.APPLIED,
@@ -863,7 +897,14 @@ class Handoff:
             except HandoffError as exc:
                 problems.append(str(exc))
 
-        if candidate not in kept:
+        if ledger.strategy == Strategy.IN_PLACE and candidate not in kept:
+            # rollback.rollback: it holds the GPUs the old pods need back, so it goes first.
+            def candidate_first() -> Steps:
+                yield from self._undo_candidate(ledger)
+                yield from self.wait("the candidate to stop", self._candidate_stopped)
+
+            yield from noted(candidate_first)
+        elif candidate not in kept:
             yield from noted(lambda: self._candidate_to_preview(ledger))
         for workload in ledger.snapshot.workloads:
             if f"Deployment {workload.name}" not in kept:
@@ -904,6 +945,10 @@ class Handoff:
             )
         except HandoffError as exc:
             problems.append(str(exc))
+
+    def _candidate_stopped(self) -> bool:
+        candidate = self.c.workloads.get(CANDIDATE)
+        return candidate is None or candidate.ready == 0
 
     def _routes_to_candidate(self) -> bool:
         candidate = self.c.workloads.get(CANDIDATE)
