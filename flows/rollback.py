@@ -244,45 +244,14 @@ class RestoreNotReady(PermanentError):
 def _move_selector(kube: Kube, spec: HandoffSpec, ledger: Ledger, target: dict[str, str]) -> None:
     """Point the Service back at `target` once a pod it matches is Ready, reading only
     until then, as the forward swap does: while the Service routes to ready pods, it is
-    never moved to pods none of which serves. Never over a selector this handoff neither
-    found nor wrote (SelectorEdited: a person's). RestoreNotReady when none is Ready in
-    time: the Service stays on what serves and the ledger in rolling-back."""
-    if read.read_endpoints(kube, spec.namespace, spec.service).ready_pods:
-        # Only pods of a restored workload that still exists count: a deleted Deployment's
-        # pods stay Ready for a moment before the garbage collector removes them.
-        live = [
-            w.name
-            for w in ledger.snapshot.workloads
-            if read.read_deployment(kube, spec.namespace, w.name) is not None
-        ]
-
-        def decide(pods: list[PodSnapshot]) -> bool | None:
-            serving = [
-                p
-                for p in pods
-                if p.ready and not p.terminating and any(owned_by_deployment(p, n) for n in live)
-            ]
-            return True if serving else None
-
-        try:
-            wait_pods(
-                kube,
-                spec.namespace,
-                target,
-                decide=decide,
-                deadline_s=READY_AFTER_RESTORE_S,
-                what=f"a Ready pod matching {target} to move Service {spec.service} back to",
-            )
-        except WaitTimedOut as exc:
-            raise RestoreNotReady(
-                f"handoff {ledger.handoff_id}: the Service {spec.namespace}/{spec.service} was "
-                f"not moved back to {target}: no pod it matches became Ready ({exc}). It "
-                "stays on the pods that serve now and the handoff stays rolling-back. Make "
-                "the restored workload ready (`kubectl -n "
-                f"{spec.namespace} describe pods -l "
-                f"{','.join(f'{k}={v}' for k, v in target.items())}`), then run `handoff "
-                "rollback` (or the handoff) again to finish"
-            ) from exc
+    never moved to pods none of which serves. A Service that routes to none (in place, or
+    a candidate that stopped) is moved at once, as that cannot make it worse, and the
+    rollback still waits for a Ready pod when something served before the handoff. Never
+    over a selector this handoff neither found nor wrote (SelectorEdited: a person's).
+    RestoreNotReady when none is Ready in time: the ledger stays in rolling-back."""
+    serving = bool(read.read_endpoints(kube, spec.namespace, spec.service).ready_pods)
+    if serving:
+        _wait_restored_ready(kube, spec, ledger, target, moved=False)
     write.update_service_selector(
         kube,
         spec.namespace,
@@ -290,6 +259,55 @@ def _move_selector(kube: Kube, spec: HandoffSpec, ledger: Ledger, target: dict[s
         target,
         expected=lambda found: _written_by(ledger, found),
     )
+    if not serving and ledger.snapshot.serving:
+        # Nothing served a moment ago: `rolled-back` only once the restored pods do.
+        _wait_restored_ready(kube, spec, ledger, target, moved=True)
+
+
+def _wait_restored_ready(
+    kube: Kube, spec: HandoffSpec, ledger: Ledger, target: dict[str, str], *, moved: bool
+) -> None:
+    """A Ready pod matching `target` of a restored workload that still exists (a deleted
+    Deployment's pods stay Ready for a moment before the garbage collector removes
+    them), within READY_AFTER_RESTORE_S; RestoreNotReady otherwise."""
+    live = [
+        w.name
+        for w in ledger.snapshot.workloads
+        if read.read_deployment(kube, spec.namespace, w.name) is not None
+    ]
+
+    def decide(pods: list[PodSnapshot]) -> bool | None:
+        serving = [
+            p
+            for p in pods
+            if p.ready and not p.terminating and any(owned_by_deployment(p, n) for n in live)
+        ]
+        return True if serving else None
+
+    try:
+        wait_pods(
+            kube,
+            spec.namespace,
+            target,
+            decide=decide,
+            deadline_s=READY_AFTER_RESTORE_S,
+            what=f"a Ready pod matching {target} to move Service {spec.service} back to",
+        )
+    except WaitTimedOut as exc:
+        where = (
+            f"selects {target}, but no pod it matches became Ready ({exc}): it has no "
+            "ready endpoint"
+            if moved
+            else f"was not moved back to {target}: no pod it matches became Ready ({exc}). "
+            "It stays on the pods that serve now"
+        )
+        raise RestoreNotReady(
+            f"handoff {ledger.handoff_id}: the Service {spec.namespace}/{spec.service} "
+            f"{where}, and the handoff stays rolling-back. Make the restored workload ready "
+            f"(`kubectl -n {spec.namespace} describe pods -l "
+            f"{','.join(f'{k}={v}' for k, v in target.items())}`), then run `handoff "
+            "rollback` (or the handoff) again to finish"
+        ) from exc
 
 
 def _written_by(ledger: Ledger, selector: dict[str, str]) -> bool:

@@ -992,17 +992,24 @@ class Handoff:
 
     def _move_selector(self, ledger: Ledger, target: dict[str, str]) -> Steps:
         """rollback._move_selector: wait for a Ready pod of `target` while the Service has
-        ready endpoints (RestoreNotReady past the wait); never over a selector
+        ready endpoints (RestoreNotReady past the wait); a Service with none moves at once,
+        then waits likewise if something served before the handoff; never over a selector
         `_written_by` does not recognise."""
-        if self.c.endpoints():
-            try:
-                yield from self.wait(
-                    "a Ready pod to move back to", lambda: self._ready_matching(target)
-                )
-            except WaitTimedOut as exc:
-                raise RestoreNotReady(f"not moved back to {target}: {exc}") from exc
+        serving = bool(self.c.endpoints())
+        if serving:
+            yield from self._restored_ready(target)
         self.c.update_selector(target, lambda found: _written_by(ledger, found))
         yield "selector moved back"
+        if not serving and ledger.snapshot.serving:
+            yield from self._restored_ready(target)
+
+    def _restored_ready(self, target: dict[str, str]) -> Steps:
+        try:
+            yield from self.wait(
+                "a Ready pod to move back to", lambda: self._ready_matching(target)
+            )
+        except WaitTimedOut as exc:
+            raise RestoreNotReady(f"no Ready pod of {target}: {exc}") from exc
 
 
 def phase_of(cluster: Cluster) -> Phase | None:

@@ -559,23 +559,30 @@ def test_in_place_a_failed_gate_stops_the_candidate_before_the_old_pods_return()
     assert m.c.endpoints() == {LIVE: 2}, m.c.endpoints()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="flows/rollback.py: in place, a restore whose old pods never become Ready is "
-    "noted as a problem and the ledger still ends rolled-back with the Service empty; it "
-    "should stay rolling-back (RestoreNotReady), as side by side does",
-)
 def test_in_place_a_live_workload_that_cannot_return_is_not_called_rolled_back() -> None:
-    """In place the rollback's restored old pods never become Ready: nothing serves,
-    so the handoff must not end `rolled-back` as if the Service were whole again."""
+    """In place the rollback's restored old pods never become Ready: nothing serves, so
+    the handoff stays rolling-back (RestoreNotReady) rather than end `rolled-back` as if
+    the Service were whole again; once the old pods can serve, the next run finishes."""
     m = HandoffMachine()
     m.setup(shared=False, in_place=True)
     m.start_a_run()
     m.gates_fail(rare=0)
     m.live_never_ready(rare=0)
-    _until(m, "restored old")
-    m.run_on(steps=1, time_passes=True)
-    assert m.handoff is not None and m.handoff.waiting == "old rolled out", m.trace[-5:]
-    m.wait_times_out()
-    m.run_on(steps=20, time_passes=True)
+    for wait in ("old rolled out", "a Ready pod to move back to"):
+        for _ in range(50):
+            if m.handoff is None or m.handoff.waiting == wait:
+                break
+            m.run_on(steps=1, time_passes=True)
+        assert m.handoff is not None and m.handoff.waiting == wait, m.trace[-10:]
+        m.wait_times_out()
+    assert m.trace[-1] == "ended raising RestoreNotReady", m.trace[-5:]
+    ledger = m.c.ledger()
+    assert ledger is not None and ledger.phase is Phase.ROLLING_BACK, ledger
     assert not m.c.violations, (m.c.violations, m.trace[-15:])
+    m.live_fixed(rare=0)
+    m.start_a_run()
+    m.run_on(steps=40, time_passes=True)
+    ledger = m.c.ledger()
+    assert ledger is not None and ledger.phase is Phase.ROLLED_BACK, m.trace[-20:]
+    assert set(m.c.endpoints()) == {LIVE}, m.c.endpoints()
+    assert not m.c.violations, m.c.violations
