@@ -51,9 +51,8 @@ class LatencySettings(_Settings):
     measured rounds): per level and side at most 9 rounds of max(1, ceil(3 / concurrency))
     waves of 32-token requests, looked at after rounds 3, 6 and 9 with alpha split over the
     looks. A clear regression stops at the first look; on a quiet machine a clear pass does
-    too. On a loaded 2-core machine 3 rounds gave 3-5 % false alarms, 9 sequential rounds 1 %
-    (requests drawn singly); under bursts of load drawing whole rounds cut them
-    (docs/performance.md).
+    too. The false alarms and detections measured, on a quiet machine and under bursts of
+    load (whole rounds drawn against single requests), are in docs/performance.md.
     """
 
     levels: list[Annotated[int, Field(ge=1)]] = Field(
