@@ -222,4 +222,15 @@ CELLS: list[Cell] = [
         cause="Unschedulable",
         target=SCALE_AFTER_RETIRE,
     ),
+    # The kube-apiserver stopped, not killed, for longer than the Lease: the run's writes
+    # and renewals hang in flight (no refusal to retry on) until the fencing cuts them.
+    *(
+        Cell(
+            "kube-apiserver SIGSTOP 20 s (Lease 15 s)",
+            step,
+            faults.paused("kube-apiserver", 20),
+            ANY,
+        )
+        for step in ("swap", "scale")
+    ),
 ]

@@ -121,13 +121,25 @@ def apiserver_down(seconds: float) -> Fault:
     return fault
 
 
-def etcd_paused(scene: Scene) -> None:
-    etcd = next(p for p in _plane(scene).processes if p.name == "etcd")
-    os.kill(etcd.pid, signal.SIGSTOP)
-    try:
-        time.sleep(5)
-    finally:
-        os.kill(etcd.pid, signal.SIGCONT)
+def paused(name: str, seconds: float) -> Fault:
+    """A control-plane process stopped (SIGSTOP) for `seconds`, then continued: its
+    connections stay open, and a request in flight to it gets no answer meanwhile (the
+    kube-apiserver's: held past the Lease, it is cut at the Lease's end by the fencing,
+    and reaches etcd, if ever, only once the process continues)."""
+
+    def fault(scene: Scene) -> None:
+        process = next(p for p in _plane(scene).processes if p.name == name)
+        os.kill(process.pid, signal.SIGSTOP)
+        try:
+            time.sleep(seconds)
+        finally:
+            os.kill(process.pid, signal.SIGCONT)
+
+    fault.__name__ = f"{name.replace('-', '_')}_paused_{seconds:.0f}s"
+    return fault
+
+
+etcd_paused = paused("etcd", 5)
 
 
 def prefect_restarted(scene: Scene) -> None:

@@ -80,6 +80,7 @@ FAULT_FILES: dict[str, tuple[str, ...]] = {
     "GPU node cordoned": ("flows/rollback.py",),
     "kube-apiserver down": ("flows/kube/client.py", "retrypolicy"),
     "etcd SIGSTOP": ("flows/kube/client.py", "retrypolicy"),
+    "kube-apiserver SIGSTOP": ("flows/kube/client.py", "retrypolicy"),
     "Prefect server restarted": ("flows/slots.py",),
     "candidate pod killed": ("flows/warm.py", "flows/gating.py"),
     "person ": (),  # the drift checks, in CORE
