@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from flows import drift
-from flows.bake import BakeBreached
+from flows.bake import BakeBreached, way_back
 from flows.capacity import Decision, Strategy
 from flows.errors import HandoffError, PermanentError
 from flows.kube.client import Kube
@@ -836,15 +836,20 @@ class Handoff:
 
     def bake(self) -> Steps:
         """flows/bake.py, side by side: the old pods stay Ready, serving nothing, while
-        the bake watches; a breach moves the Service back to them at once
+        the bake watches (in place, flows.bake.way_back finds none: a breach is reported
+        only and the run goes on); a breach moves the Service back to them at once
         (rollback.back_to_warm: the rollback recorded first, then the selector, waiting
         for a Ready old pod), stops the candidate (rollback.stop_breached) and fails the
         step, so the rollback finishes the rest."""
+        back, _ = way_back(self.r)
         for _ in range(self.bake_looks):
             if self.bake_breach:
                 break
             yield "baking"
         if not self.bake_breach:
+            return
+        if back is None:  # in place: nothing warm to go back to, so reported only
+            yield "bake breached: reported only"
             return
         run = self.r
         ledger = self.c.save_ledger(run.ledger.to(Phase.ROLLING_BACK, cause="bake breached"))

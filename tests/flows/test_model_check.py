@@ -83,7 +83,7 @@ class HandoffMachine(RuleBasedStateMachine):
         (the old pods stop at the apply, a declared outage until the swap)."""
         self.manifest = make_manifest(shared)
         self.shared = shared
-        self.bake_looks = 0 if in_place else bake_looks  # in place there is no bake
+        self.bake_looks = bake_looks
         self.in_place = in_place
 
     # --- the handoff ---------------------------------------------------------
@@ -586,3 +586,17 @@ def test_in_place_a_live_workload_that_cannot_return_is_not_called_rolled_back()
     assert ledger is not None and ledger.phase is Phase.ROLLED_BACK, m.trace[-20:]
     assert set(m.c.endpoints()) == {LIVE}, m.c.endpoints()
     assert not m.c.violations, m.c.violations
+
+
+def test_in_place_a_bake_breach_is_reported_and_the_candidate_keeps_serving() -> None:
+    """In place the old pods stopped before the candidate started: a breach of the bake
+    has nothing warm to go back to, so it is reported only and the handoff ends done."""
+    m = HandoffMachine()
+    m.setup(shared=False, bake_looks=3, in_place=True)
+    m.start_a_run()
+    _until(m, "baking")
+    m.bake_breaches(rare=0)
+    _until(m, "ended: done")
+    assert "bake breached: reported only" in m.trace, m.trace[-10:]
+    assert not m.c.violations, m.c.violations
+    assert set(m.c.endpoints()) == {CANDIDATE}, m.c.endpoints()
