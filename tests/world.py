@@ -235,17 +235,58 @@ def await_phase(
     process: subprocess.Popen[str],
     timeout_s: float = 240,
 ) -> None:
-    """Wait until the ledger on Service `name` reaches `phase` while `process` runs."""
+    """Wait until the ledger on Service `name` reaches `phase` while `process` runs. On a
+    watch, so a phase that lasts one write (`swapped` when the candidate is already at
+    its count) is seen, and seen at once."""
     from flows.ledger import parse_ledger
 
+    def reached(_kind: str, found: Any) -> bool:
+        ledger = parse_ledger(found.metadata.annotations or {})
+        return ledger is not None and ledger.phase == phase
+
+    watch_until(
+        kube.core.list_namespaced_service, namespace, name, reached, process, phase, timeout_s
+    )
+
+
+def watch_until(
+    list_fn: Any,
+    namespace: str,
+    name: str,
+    seen: Any,
+    process: subprocess.Popen[str],
+    what: str,
+    timeout_s: float,
+    *,
+    listed: Any = None,
+) -> None:
+    """Follow the object `name` from the list `listed` (one made now if none) through
+    every version of it until `seen(event type, object)` is true ("LISTED" for what the
+    list held), while `process` runs; its output is quoted if it ends first."""
+    from kubernetes import watch
+
+    listed = listed or list_fn(namespace, field_selector=f"metadata.name={name}")
+    if any(seen("LISTED", item) for item in listed.items):
+        return
+    version = listed.metadata.resource_version
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        ledger = parse_ledger(service(kube, namespace, name).metadata.annotations or {})
-        if ledger is not None and ledger.phase == phase:
-            return
-        assert process.poll() is None, f"the handoff ended before reaching {phase}"
-        time.sleep(0.05)
-    raise AssertionError(f"the handoff never reached {phase}")
+    while True:
+        stream = watch.Watch().stream(
+            list_fn,
+            namespace,
+            field_selector=f"metadata.name={name}",
+            resource_version=version,
+            timeout_seconds=2,
+        )
+        for event in stream:
+            found = event["object"]
+            version = found.metadata.resource_version
+            if seen(event["type"], found):
+                return
+        if process.poll() is not None:
+            output = process.stdout.read() if process.stdout else ""
+            raise AssertionError(f"the handoff ended before reaching {what}\n{output[-4000:]}")
+        assert time.monotonic() < deadline, f"the handoff never reached {what}"
 
 
 @pytest.fixture

@@ -9,14 +9,12 @@ from __future__ import annotations
 import subprocess
 import time
 import uuid
-from collections.abc import Callable
 from contextlib import closing, nullcontext, suppress
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import httpx
-from kubernetes import watch
 from kubernetes.client.exceptions import ApiException
 
 from flows.kube.client import Kube, connect
@@ -34,7 +32,7 @@ from tests.faults.faults import CANDIDATE, LIVE, SERVICE, Fault, Scene
 from tests.faults.watch import OutageWatch, RouteWatch
 from tests.handoff.pauses import IMPOSSIBLE, RELAXED, PausingRun
 from tests.invariants import ServiceMonitor
-from tests.world import await_phase, run_handoff, spec_in, start_handoff
+from tests.world import await_phase, run_handoff, spec_in, start_handoff, watch_until
 
 # The ledger phase at which the run is inside each step.
 STEP_PHASE = {
@@ -230,6 +228,13 @@ def _await_probe(stage: Stage, cell: Cell, process: subprocess.Popen[str]) -> No
         time.sleep(0.02)
 
 
+def _still_running(process: subprocess.Popen[str], cell: Cell, deadline: float) -> None:
+    if process.poll() is not None:
+        output = process.stdout.read() if process.stdout else ""
+        raise AssertionError(f"the handoff ended before reaching {cell.step}\n{output[-4000:]}")
+    assert time.monotonic() < deadline, f"the handoff never reached {cell.step}"
+
+
 def _await_candidate_applied(stage: Stage, cell: Cell, process: subprocess.Popen[str]) -> None:
     """Side by side: the candidate Deployment created at 0 replicas, seen on a watch (the
     apply records `applied` right after, and the warm-up scales it up)."""
@@ -243,43 +248,9 @@ def _await_candidate_applied(stage: Stage, cell: Cell, process: subprocess.Popen
         assert found.spec.replicas == 0, (cell.key, found.spec.replicas)
         return True
 
-    _watch_until(apps.list_namespaced_deployment, ns, name, listed, created, process, cell)
-
-
-def _watch_until(
-    list_fn: Callable[..., Any],
-    namespace: str,
-    name: str,
-    listed: Any,
-    seen: Callable[[str, Any], bool],
-    process: subprocess.Popen[str],
-    cell: Cell,
-) -> None:
-    """Follow the object `name` on a watch from the list `listed` until `seen(event type,
-    object)` is true, while the run goes on."""
-    version = listed.metadata.resource_version
-    deadline = time.monotonic() + 420
-    while True:
-        stream = watch.Watch().stream(
-            list_fn,
-            namespace,
-            field_selector=f"metadata.name={name}",
-            resource_version=version,
-            timeout_seconds=5,
-        )
-        for event in stream:
-            found = event["object"]
-            version = found.metadata.resource_version
-            if seen(event["type"], found):
-                return
-        _still_running(process, cell, deadline)
-
-
-def _still_running(process: subprocess.Popen[str], cell: Cell, deadline: float) -> None:
-    if process.poll() is not None:
-        output = process.stdout.read() if process.stdout else ""
-        raise AssertionError(f"the handoff ended before reaching {cell.step}\n{output[-4000:]}")
-    assert time.monotonic() < deadline, f"the handoff never reached {cell.step}"
+    watch_until(
+        apps.list_namespaced_deployment, ns, name, created, process, cell.step, 420, listed=listed
+    )
 
 
 def _await_selector_switched(stage: Stage, cell: Cell, process: subprocess.Popen[str]) -> None:
@@ -299,7 +270,9 @@ def _await_selector_switched(stage: Stage, cell: Cell, process: subprocess.Popen
         assert str(ledger.phase) == "approved", (cell.key, str(ledger.phase))
         return True
 
-    _watch_until(core.list_namespaced_service, ns, name, listed, switched, process, cell)
+    watch_until(
+        core.list_namespaced_service, ns, name, switched, process, cell.step, 420, listed=listed
+    )
 
 
 def _await_step(stage: Stage, cell: Cell, process: subprocess.Popen[str]) -> None:
