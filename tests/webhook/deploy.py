@@ -78,15 +78,29 @@ def deploy_all(api_url: str, repository: Path, *, auth: str | None = None) -> st
 
 
 def remove_deployments(api_url: str, *, auth: str | None = None) -> None:
-    """Deployments and their automations (automations outlive a deleted deployment)."""
-    with httpx.Client(headers=basic_auth(auth), timeout=30) as http:
-        for automation in http.post(f"{api_url}/automations/filter", json={}).json():
+    """Deployments and their automations (automations outlive a deleted deployment).
+    Each request on a connection of its own and tried up to three times: this is a
+    test's teardown after minutes of runs on a loaded server, every step is idempotent,
+    and a reset connection here left the test's deployments behind for the next."""
+    limits = httpx.Limits(max_keepalive_connections=0)
+    with httpx.Client(headers=basic_auth(auth), timeout=30, limits=limits) as http:
+
+        def call(method: str, path: str, **kwargs: Any) -> httpx.Response:
+            for attempt in range(3):
+                try:
+                    return http.request(method, f"{api_url}{path}", **kwargs)
+                except httpx.TransportError:
+                    if attempt == 2:
+                        raise
+            raise AssertionError("unreachable")
+
+        for automation in call("POST", "/automations/filter", json={}).json():
             if automation["name"].startswith("handoff-on-merge"):
-                http.delete(f"{api_url}/automations/{automation['id']}")
+                call("DELETE", f"/automations/{automation['id']}")
         for name in (DEPLOYMENT, f"{DEPLOYMENT}-kubernetes", RECONCILER):
-            response = http.get(f"{api_url}/deployments/name/{name}")
+            response = call("GET", f"/deployments/name/{name}")
             if response.status_code == 200:
-                http.delete(f"{api_url}/deployments/{response.json()['id']}")
+                call("DELETE", f"/deployments/{response.json()['id']}")
 
 
 @contextmanager
