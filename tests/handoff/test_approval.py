@@ -68,6 +68,7 @@ def test_paused_handoff_excludes_another_and_rejection_rolls_back(
     assert history_entries(svc.metadata.annotations)[-1]["outcome"] == "rolled-back"
 
 
+@pytest.mark.slow  # a rejection's rollback runs by default
 def test_approval_timeout_rolls_back(
     kube: Kube, seeded: str, handoff_env: dict[str, str], tmp_path: Path
 ) -> None:
@@ -79,6 +80,7 @@ def test_approval_timeout_rolls_back(
     assert "nobody approved within 3 s" in (ledger.cause or "")
 
 
+@pytest.mark.slow  # the approval flow runs by default
 def test_a_look_during_the_outage_is_bounded_timed_and_every_approval_kept(
     kube: Kube, seeded: str, handoff_env: dict[str, str], tmp_path: Path
 ) -> None:

@@ -10,6 +10,8 @@ import asyncio
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 
+import pytest
+
 from flows.drain import CONNECTIONS, drain
 from flows.kube.client import Kube
 from sandbox.modelserver.drive import StreamResult, stream
@@ -61,6 +63,7 @@ def test_drain_waits_for_a_long_generation_by_the_servers_metrics(
     assert idle is not None and idle.left == 0 and idle.waited_s < 2.0, idle
 
 
+@pytest.mark.slow  # the drain by metrics runs by default
 def test_a_server_without_metrics_is_drained_by_its_connections(
     sandbox: SandboxState, kube: Kube, seeded: str
 ) -> None:

@@ -80,6 +80,7 @@ def test_a_candidate_whose_image_a_person_changed_after_its_gates_is_not_swapped
     assert kept.spec.template.spec.containers[0].image == edited, "the person's edit was undone"
 
 
+@pytest.mark.slow  # its sibling at the routes wait runs by default
 def test_a_selector_a_person_sets_during_the_swaps_wait_is_not_overwritten(
     sandbox: SandboxState, kube: Kube, seeded: str, handoff_env: dict[str, str], tmp_path: Path
 ) -> None:
@@ -233,6 +234,7 @@ def test_a_rollback_whose_live_workload_cannot_serve_keeps_the_service_on_the_ca
     assert svc.spec.selector == {"app": SERVICE}, svc.spec.selector
 
 
+@pytest.mark.slow  # the model check searches the person's counts by default
 def test_a_count_a_person_sets_on_the_live_deployment_during_a_rollback_is_left(
     kube: Kube, seeded: str, handoff_env: dict[str, str], tmp_path: Path
 ) -> None:

@@ -97,6 +97,7 @@ def test_a_late_plan_approval_costs_no_downtime_and_the_gates_swap_alone(
     assert "in the history" in start.basis and start.seconds < DEFAULT_START_S
 
 
+@pytest.mark.slow  # in place's parity failure runs by default
 def test_a_crash_looping_candidate_rolls_back_at_once_within_the_declaration(
     sandbox: SandboxState, kube: Kube, seeded: str, handoff_env: dict[str, str], tmp_path: Path
 ) -> None:

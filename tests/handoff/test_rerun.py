@@ -12,6 +12,8 @@ from __future__ import annotations
 import uuid
 from pathlib import Path
 
+import pytest
+
 from flows.kube.client import Kube
 from flows.ledger import history_entries, parse_ledger
 from sandbox.proxy import address_of
@@ -89,6 +91,7 @@ def test_a_run_that_fails_before_its_first_write_makes_no_rollback_write(
     assert ledger.cause and "nothing to undo" in ledger.cause, ledger.cause
 
 
+@pytest.mark.slow  # the reruns' convergence runs by default
 def test_a_record_lost_between_the_last_ledger_write_and_the_history_is_recovered(
     kube: Kube, seeded: str, handoff_env: dict[str, str], tmp_path: Path
 ) -> None:

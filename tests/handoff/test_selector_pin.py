@@ -73,6 +73,7 @@ def _wait_live_pods_gone(kube: Kube, namespace: str) -> None:
         time.sleep(0.5)
 
 
+@pytest.mark.slow  # three pin tests run by default
 @pytest.mark.invariants(
     reason="the test scales the live Deployment to 0, as a rollback leaves it",
     allow=("I1", "I3"),
@@ -128,6 +129,7 @@ def test_a_resumed_run_keeps_the_pin_its_ledger_recorded(
     assert make_plan(kube, spec).pin_live_selector == first.pin_live_selector
 
 
+@pytest.mark.slow  # three pin tests run by default
 @pytest.mark.invariants(
     reason="a person's template change rolls the live Deployment out (Recreate)",
     allow=("I1", "I3"),
@@ -178,6 +180,7 @@ def _old_live_pod_terminating(kube: Kube, namespace: str) -> Iterator[dict[str, 
         kube.core.patch_namespaced_pod(old.metadata.name, namespace, release)
 
 
+@pytest.mark.slow  # three pin tests run by default
 def test_terminating_live_pods_do_not_stop_the_pin(
     kube: Kube, seeded: str, spare_gpus: str, handoff_env: dict[str, str], tmp_path: Path
 ) -> None:
@@ -212,6 +215,7 @@ def test_a_rollback_holds_the_service_on_the_pin_while_the_twins_pods_run(
     assert service(kube, seeded, "coder-predictor").spec.selector == {"app": "candle-vllm"}
 
 
+@pytest.mark.slow  # three pin tests run by default
 @pytest.mark.invariants(
     reason="a person restarts the live Deployment: the pin selects no pod until the rollback",
     allow=("I1",),
@@ -301,6 +305,7 @@ def _selectors_while_twin_runs(kube: Kube, namespace: str) -> Iterator[list[_Sam
             raise failed[0]
 
 
+@pytest.mark.slow  # three pin tests run by default
 def test_a_rollback_keeping_a_twin_a_person_scaled_stays_pinned_to_the_live_pods(
     kube: Kube, seeded: str, spare_gpus: str, handoff_env: dict[str, str], tmp_path: Path
 ) -> None:

@@ -175,6 +175,7 @@ def crash_looping_spec(namespace: str, tmp_path: Path, **changes: Any) -> Path:
     return spec_in(namespace, "clef-candle", tmp_path, candidate=candidate, **changes)
 
 
+@pytest.mark.slow  # in place's crash loop runs by default
 def test_crash_looping_candidate_rolls_back_within_seconds(
     sandbox: SandboxState, kube: Kube, seeded: str, handoff_env: dict[str, str], tmp_path: Path
 ) -> None:

@@ -27,6 +27,7 @@ def _ledger(kube: Kube, namespace: str) -> Any:
     return parse_ledger(service(kube, namespace, "clef-serve").metadata.annotations)
 
 
+@pytest.mark.slow  # the unschedulable refusal runs by default
 def test_pods_refused_by_a_resource_quota_fail_warm_up_at_once(
     kube: Kube, seeded: str, handoff_env: dict[str, str], tmp_path: Path
 ) -> None:
@@ -96,6 +97,7 @@ def test_unschedulable_fails_at_once_by_default(
     assert record["durations_s"]["warm"] < 30, record["durations_s"]
 
 
+@pytest.mark.slow  # the unschedulable refusal runs by default
 def test_unschedulable_waits_for_capacity_when_the_spec_allows(
     kube: Kube, seeded: str, pool: str, handoff_env: dict[str, str], tmp_path: Path
 ) -> None:

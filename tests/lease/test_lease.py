@@ -168,6 +168,7 @@ def _renewing(admin: Kube, ns: str, start: dt.datetime, *, for_s: float) -> Iter
         thread.join(timeout=10)
 
 
+@pytest.mark.slow  # the Lease's outages run by default
 def test_a_holder_whose_clock_is_behind_and_keeps_renewing_is_not_taken_over(
     admin: Kube, ns: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -184,6 +185,7 @@ def test_a_holder_whose_clock_is_behind_and_keeps_renewing_is_not_taken_over(
         assert read_holder(admin, ns, SERVICE) == "behind-run"
 
 
+@pytest.mark.slow  # the Lease's outages run by default
 def test_a_holder_whose_clock_is_ahead_is_taken_over_after_the_duration_on_this_clock(
     admin: Kube, ns: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
