@@ -155,6 +155,11 @@ class Ledger(BaseModel):
     pin: dict[str, str] | None = Field(
         None, description="the live selector narrowed to the live pods, if the apply sets it"
     )
+    rollback_pins: list[dict[str, str]] = Field(
+        default_factory=list,
+        description="selectors a rollback narrowed the Service to, each recorded before "
+        "it was written: the rollback's own, told from a person's of the same shape",
+    )
     wrote: bool = Field(
         False, description="the handoff wrote more than its ledger: a rollback has work to do"
     )

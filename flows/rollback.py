@@ -32,6 +32,7 @@ from flows.kube.objects import (
     owned_by_deployment,
 )
 from flows.kube.wait import WaitTimedOut, wait_pods, wait_rolled_out
+from flows.kube.write import SelectorEdited
 from flows.lease import LeaseLost, ServiceLease
 from flows.ledger import REVISION_LABEL, TERMINAL, Ledger, Phase, WorkloadSnapshot
 from flows.ledger_store import read_ledger, save_ledger
@@ -95,6 +96,8 @@ def rollback(
         return save_ledger(kube, spec, stopped)
     if ledger.phase is Phase.ROLLING_BACK:
         cause = ledger.cause or cause  # a rollback resumed keeps the cause it began with
+        if not set(leave) <= set(ledger.edited):  # met since it began (a bake's move back)
+            ledger = _left(kube, spec, ledger, leave)
     else:
         edited = sorted({*ledger.edited, *leave})
         ledger = save_ledger(
@@ -130,11 +133,11 @@ def rollback(
         # how to lift the pin, which nothing here will do once the rollback has ended.
         with _noted(problems):
             pinned = _pinned_to_restored(kube, spec, ledger, problems)
-            _move_selector(kube, spec, ledger, pinned or ledger.snapshot.selector)
+            ledger = _move_selector(kube, spec, ledger, pinned or ledger.snapshot.selector)
             if pinned:
                 problems.append(_pin_left(spec, candidate, pinned))
     else:
-        _restore_selector_then_candidate(kube, spec, ledger, problems, drains)
+        ledger = _restore_selector_then_candidate(kube, spec, ledger, problems, drains)
     with _noted(problems):
         announce(
             kube,
@@ -144,6 +147,7 @@ def rollback(
             warning=True,
         )
     note = f"{cause}; rollback problems: {'; '.join(problems)}" if problems else cause
+    kept = set(ledger.edited)
     if kept:
         note += f"; left as edited: {', '.join(sorted(kept))}"
     return save_ledger(kube, spec, ledger.to(Phase.ROLLED_BACK, cause=note[:2000]))
@@ -191,13 +195,22 @@ def _restore_selector_then_candidate(
     ledger: Ledger,
     problems: list[str],
     drains: list[Drained] | None = None,
-) -> None:
-    """One block: the candidate is stopped only once the Service has left it."""
+) -> Ledger:
+    """One block: the candidate is stopped only once the Service has left it. Returns
+    the ledger as last written (a pin it recorded)."""
     with _noted(problems):
         # While candidate pods that the original selector would match still run, the
         # Service is held on the restored pods alone (never two versions at once).
         pinned = _pinned_to_restored(kube, spec, ledger, problems)
-        _move_selector(kube, spec, ledger, pinned or ledger.snapshot.selector)
+        try:
+            ledger = _move_selector(kube, spec, ledger, pinned or ledger.snapshot.selector)
+        except SelectorEdited:
+            # A person chose the selector since the rollback began: it stays, as if met
+            # before, and the candidate stops only if it routes to none of its pods.
+            ledger = _left(kube, spec, ledger, [f"Service {spec.service}"])
+            if not _routes_to_candidate(kube, spec, ledger):
+                _undo_candidate(kube, spec, ledger)
+            return ledger
         settle_data_plane()  # the proxies leave the candidate before it stops
         if not spec.replaces_live:  # its generations end before it stops (flows/drain.py)
             found = drain(
@@ -217,11 +230,18 @@ def _restore_selector_then_candidate(
                 f"{candidate_name(spec, ledger.strategy)} again, by a selector set since the "
                 "rollback moved it off them: the candidate was left at its count"
             )
-            return
+            return ledger
         _undo_candidate(kube, spec, ledger)
         if pinned:
             _wait_candidate_gone(kube, spec, ledger)
-            _move_selector(kube, spec, ledger, ledger.snapshot.selector)
+            ledger = _move_selector(kube, spec, ledger, ledger.snapshot.selector)
+    return ledger
+
+
+def _left(kube: Kube, spec: HandoffSpec, ledger: Ledger, objects: Sequence[str]) -> Ledger:
+    """Record objects a person changed, which the rollback leaves as they are."""
+    edited = sorted({*ledger.edited, *objects})
+    return save_ledger(kube, spec, ledger.model_copy(update={"edited": edited}))
 
 
 @contextmanager
@@ -241,17 +261,23 @@ class RestoreNotReady(PermanentError):
     """What the Service should go back to has no Ready pod: it stays on what serves."""
 
 
-def _move_selector(kube: Kube, spec: HandoffSpec, ledger: Ledger, target: dict[str, str]) -> None:
+def _move_selector(kube: Kube, spec: HandoffSpec, ledger: Ledger, target: dict[str, str]) -> Ledger:
     """Point the Service back at `target` once a pod it matches is Ready, reading only
     until then, as the forward swap does: while the Service routes to ready pods, it is
     never moved to pods none of which serves. A Service that routes to none (in place, or
     a candidate that stopped) is moved at once, as that cannot make it worse, and the
     rollback still waits for a Ready pod when something served before the handoff. Never
     over a selector this handoff neither found nor wrote (SelectorEdited: a person's).
-    RestoreNotReady when none is Ready in time: the ledger stays in rolling-back."""
+    RestoreNotReady when none is Ready in time: the ledger stays in rolling-back. A pin
+    (the selector narrowed to the restored pods) is recorded in the ledger before it is
+    written, so that a later step, or a rerun, knows it from a person's of the same shape.
+    Returns the ledger as last written."""
     serving = bool(read.read_endpoints(kube, spec.namespace, spec.service).ready_pods)
     if serving:
         _wait_restored_ready(kube, spec, ledger, target, moved=False)
+    if not _written_by(ledger, target):
+        pins = [*ledger.rollback_pins, target]
+        ledger = save_ledger(kube, spec, ledger.model_copy(update={"rollback_pins": pins}))
     write.update_service_selector(
         kube,
         spec.namespace,
@@ -262,6 +288,7 @@ def _move_selector(kube: Kube, spec: HandoffSpec, ledger: Ledger, target: dict[s
     if not serving and ledger.snapshot.serving:
         # Nothing served a moment ago: `rolled-back` only once the restored pods do.
         _wait_restored_ready(kube, spec, ledger, target, moved=True)
+    return ledger
 
 
 def _wait_restored_ready(
@@ -311,17 +338,12 @@ def _wait_restored_ready(
 
 
 def _written_by(ledger: Ledger, selector: dict[str, str]) -> bool:
-    """The selector is one this handoff found or wrote: the one before it, a pin of it to
-    one pod-template-hash (the plan's, or the one a rollback reads afresh), or one of
-    the candidate's (they all name its revision)."""
-    pinned = "pod-template-hash" in selector and selector == {
-        **ledger.snapshot.selector,
-        "pod-template-hash": selector["pod-template-hash"],
-    }
-    return (
-        pinned
-        or selector in (ledger.snapshot.selector, ledger.pin)
-        or (ledger.revision is not None and selector.get(REVISION_LABEL) == ledger.revision)
+    """The selector is one this handoff found or wrote: the one before it, its pin to
+    the live pods (the plan's, or one a rollback recorded before writing it), or one of
+    the candidate's (they all name its revision). A pin of the same shape that it did
+    not record is a person's."""
+    return selector in (ledger.snapshot.selector, ledger.pin, *ledger.rollback_pins) or (
+        ledger.revision is not None and selector.get(REVISION_LABEL) == ledger.revision
     )
 
 
@@ -480,8 +502,7 @@ def back_to_warm(kube: Kube, spec: HandoffSpec, ledger: Ledger, *, cause: str) -
     ledger = save_ledger(kube, spec, ledger.to(Phase.ROLLING_BACK, cause=cause[:2000]))
     problems: list[str] = []
     pinned = _pinned_to_restored(kube, spec, ledger, problems)
-    _move_selector(kube, spec, ledger, pinned or ledger.snapshot.selector)
-    return ledger
+    return _move_selector(kube, spec, ledger, pinned or ledger.snapshot.selector)
 
 
 def stop_breached(kube: Kube, spec: HandoffSpec, ledger: Ledger) -> None:

@@ -856,7 +856,7 @@ class Handoff:
         run.ledger = ledger
         yield "rolling back from the bake"
         pinned = self._pinned_to_restored(ledger)
-        yield from self._move_selector(ledger, pinned or ledger.snapshot.selector)
+        ledger = yield from self._move_selector(ledger, pinned or ledger.snapshot.selector)
         yield from self._undo_candidate(ledger)
         raise BakeBreached("bake breached: the Service is back on the warm old pods")
 
@@ -884,6 +884,9 @@ class Handoff:
             return
         if ledger.phase is Phase.ROLLING_BACK:
             cause = ledger.cause or cause
+            if not set(leave) <= set(ledger.edited):
+                ledger = self._left(ledger, leave)
+                yield "edits met since the rollback began recorded"
         else:
             edited = sorted({*ledger.edited, *leave})
             was = ledger.phase
@@ -926,7 +929,8 @@ class Handoff:
             yield from noted(lambda: self._move_selector(ledger, target))
         else:
             yield from noted(lambda: self._selector_then_candidate(ledger))
-        self.r.ledger = c.save_ledger(ledger.to(Phase.ROLLED_BACK, cause=cause[:200]))
+        # The ledger as the rollback's parts last wrote it (a pin, an edit recorded).
+        self.r.ledger = c.save_ledger(self.r.ledger.to(Phase.ROLLED_BACK, cause=cause[:200]))
         yield "rolled back"
 
     def _candidate_to_preview(self, ledger: Ledger) -> Steps:
@@ -970,9 +974,22 @@ class Handoff:
             self.c.scale(CANDIDATE, want)
             yield "candidate undone"
 
+    def _left(self, ledger: Ledger, objects: list[str]) -> Ledger:
+        """rollback._left."""
+        edited = sorted({*ledger.edited, *objects})
+        self.r.ledger = self.c.save_ledger(ledger.model_copy(update={"edited": edited}))
+        return self.r.ledger
+
     def _selector_then_candidate(self, ledger: Ledger) -> Steps:
         pinned = self._pinned_to_restored(ledger)
-        yield from self._move_selector(ledger, pinned or ledger.snapshot.selector)
+        try:
+            ledger = yield from self._move_selector(ledger, pinned or ledger.snapshot.selector)
+        except SelectorEdited:  # a person's, since the rollback began: left
+            ledger = self._left(ledger, [f"Service {SERVICE}"])
+            yield "selector left as edited"
+            if not self._routes_to_candidate():
+                yield from self._undo_candidate(ledger)
+            return
         if self._routes_to_candidate():
             return  # a person pointed the Service back at it: left at its count
         yield from self._undo_candidate(ledger)
@@ -995,18 +1012,28 @@ class Handoff:
         live = self.c.workloads[LIVE]
         return {**ledger.snapshot.selector, "pod-template-hash": live.template_hash}
 
-    def _move_selector(self, ledger: Ledger, target: dict[str, str]) -> Steps:
+    def _move_selector(
+        self, ledger: Ledger, target: dict[str, str]
+    ) -> Generator[str, None, Ledger]:
         """rollback._move_selector: wait for a Ready pod of `target` while the Service has
         ready endpoints (RestoreNotReady past the wait); a Service with none moves at once,
-        then waits likewise if something served before the handoff; never over a selector
-        `_written_by` does not recognise."""
+        then waits likewise if something served before the handoff; a pin is recorded in
+        the ledger before it is written; never over a selector `_written_by` does not
+        recognise. Returns the ledger as last written."""
         serving = bool(self.c.endpoints())
         if serving:
             yield from self._restored_ready(target)
-        self.c.update_selector(target, lambda found: _written_by(ledger, found))
+        if not _written_by(ledger, target):
+            pins = [*ledger.rollback_pins, target]
+            ledger = self.c.save_ledger(ledger.model_copy(update={"rollback_pins": pins}))
+            self.r.ledger = ledger
+            yield "pin recorded"
+        recorded = ledger
+        self.c.update_selector(target, lambda found: _written_by(recorded, found))
         yield "selector moved back"
         if not serving and ledger.snapshot.serving:
             yield from self._restored_ready(target)
+        return ledger
 
     def _restored_ready(self, target: dict[str, str]) -> Steps:
         try:

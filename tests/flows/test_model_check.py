@@ -43,6 +43,7 @@ from tests.flows.cluster_model import (
     EDITED_IMAGE,
     LIVE,
     LIVE_REPLICASET,
+    SERVICE,
     STABLE,
     Cluster,
     Handoff,
@@ -233,13 +234,9 @@ class HandoffMachine(RuleBasedStateMachine):
         ledger = self.c.ledger()
         if ledger is not None and ledger.phase not in TERMINAL:
             # An edit the handoff could tell from its own writes (I5 is about those).
-            own = [ledger.snapshot.selector, ledger.pin]
+            own = [ledger.snapshot.selector, ledger.pin, *ledger.rollback_pins]
             if ledger.revision is not None:
                 own.append(service_selector(self.manifest, ledger.revision))
-            if ledger.phase is Phase.ROLLING_BACK:
-                # A rollback pins the restored pods by their hash read afresh: the same
-                # selector, which it cannot tell from a person's (docs/concepts.md).
-                own.append(self.c.live_pin())
             self.c.selector_by_person = to not in own
         if right_after_check and self.handoff is not None:
             self.handoff.skip_next_check = True
@@ -498,6 +495,27 @@ def test_a_selector_a_person_narrows_while_the_swap_waits_for_its_routes_is_left
     _until(m, "ended: failed: PersonEdited")
     assert not m.c.violations, (m.c.violations, m.trace[-20:])
     assert m.c.selector == pinned, m.c.selector
+
+
+def test_a_pin_a_person_sets_while_a_rollback_begins_is_not_taken_for_the_rollbacks() -> None:
+    """A bake's breach has begun the rollback; before it moves the Service, a person
+    narrows it to the live pods' ReplicaSet: the shape of a pin a rollback writes, but no
+    pin this rollback recorded. The rollback leaves it, and ends rolled back."""
+    m = HandoffMachine()
+    m.setup(shared=False, bake_looks=3)
+    m.start_a_run()
+    _until(m, "baking")
+    m.bake_breaches(rare=0)
+    _until(m, "rolling back from the bake")
+    m.person_edits_selector(to=LIVE_REPLICASET, right_after_check=False, rare=0)
+    pinned = m.c.selector
+    assert m.c.selector_by_person, m.trace[-5:]
+    _until(m, "rolled back")
+    assert not m.c.violations, (m.c.violations, m.trace[-20:])
+    assert m.c.selector == pinned, m.c.selector
+    ledger = m.c.ledger()
+    assert ledger is not None and ledger.phase is Phase.ROLLED_BACK, m.trace[-10:]
+    assert f"Service {SERVICE}" in ledger.edited, ledger.edited
 
 
 @pytest.mark.parametrize("shared", [False, True], ids=["own labels", "shared labels"])
