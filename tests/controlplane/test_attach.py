@@ -15,6 +15,7 @@ from sandbox.seed import ORG, create_world
 pytestmark = pytest.mark.timeout(240)
 
 
+@pytest.mark.slow  # a second control plane beside the worker's
 def test_attach_to_an_existing_control_plane(tmp_path: Path) -> None:
     plane = controlplane.start(tmp_path / "plane")
     try:

@@ -50,6 +50,7 @@ def test_refuses_to_wipe_a_foreign_directory(tmp_path: Path) -> None:
     assert (tmp_path / "precious.txt").read_text() == "keep me"
 
 
+@pytest.mark.slow  # two control planes up and down; every sandbox test brings one up
 def test_cli_up_twice_status_down_twice(tmp_path: Path) -> None:
     run_dir = tmp_path / "sb"
     cli = [sys.executable, "-m", "cli", "sandbox"]

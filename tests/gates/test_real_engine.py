@@ -136,6 +136,7 @@ def test_wrong_chat_template_fails(q4_golden: Golden, variants: dict[str, Candid
     assert all(p.passed for p in result.figures.prompts if p.api == "completions")
 
 
+@pytest.mark.slow  # 4 min on 2 cores; the judge on this engine runs by default above
 def test_cli_golden_and_every_gate_on_the_real_server(llamacpp: ServerPool, tmp_path: Path) -> None:
     # One raw completion, one chat turn and a sentence to score: the commands, not the
     # verdicts (the tests above judge those), so few logprob positions.
@@ -219,6 +220,8 @@ def long_context_findings(golden: Golden, candidate: Candidate) -> list[str]:
     return [f for f in result.evidence if f.startswith("long context")]
 
 
+@pytest.mark.slow  # 8 min on 2 cores (five servers, 2,000-token prompts); the long-context
+# rules run by default on the simulator (tests/gates/parity/test_long_context.py)
 def test_long_context_parity_fails_position_dependent_changes_only(llamacpp: ServerPool) -> None:
     settings = GoldenSettings(prompts=[], long_context=LongContextSettings(tokens=2000))
     server = llamacpp.get("q4_1")
