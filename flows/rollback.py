@@ -98,6 +98,7 @@ def rollback(
         cause = ledger.cause or cause  # a rollback resumed keeps the cause it began with
         if not set(leave) <= set(ledger.edited):  # met since it began (a bake's move back)
             ledger = _left(kube, spec, ledger, leave)
+        ledger = _adopt_unrecorded_pin(kube, spec, ledger)
     else:
         edited = sorted({*ledger.edited, *leave})
         ledger = save_ledger(
@@ -133,8 +134,9 @@ def rollback(
         # how to lift the pin, which nothing here will do once the rollback has ended.
         with _noted(problems):
             pinned = _pinned_to_restored(kube, spec, ledger, problems)
-            ledger = _move_selector(kube, spec, ledger, pinned or ledger.snapshot.selector)
-            if pinned:
+            target = pinned or ledger.snapshot.selector
+            ledger, moved = _move_or_leave(kube, spec, ledger, target, problems)
+            if pinned and moved:
                 problems.append(_pin_left(spec, candidate, pinned))
     else:
         ledger = _restore_selector_then_candidate(kube, spec, ledger, problems, drains)
@@ -147,6 +149,7 @@ def rollback(
             warning=True,
         )
     note = f"{cause}; rollback problems: {'; '.join(problems)}" if problems else cause
+    ledger = _as_recorded(kube, spec, ledger)  # with what its parts recorded, even failing
     kept = set(ledger.edited)
     if kept:
         note += f"; left as edited: {', '.join(sorted(kept))}"
@@ -202,15 +205,10 @@ def _restore_selector_then_candidate(
         # While candidate pods that the original selector would match still run, the
         # Service is held on the restored pods alone (never two versions at once).
         pinned = _pinned_to_restored(kube, spec, ledger, problems)
-        try:
-            ledger = _move_selector(kube, spec, ledger, pinned or ledger.snapshot.selector)
-        except SelectorEdited:
-            # A person chose the selector since the rollback began: it stays, as if met
-            # before, and the candidate stops only if it routes to none of its pods.
-            ledger = _left(kube, spec, ledger, [f"Service {spec.service}"])
-            if not _routes_to_candidate(kube, spec, ledger):
-                _undo_candidate(kube, spec, ledger)
-            return ledger
+        target = pinned or ledger.snapshot.selector
+        ledger, moved = _move_or_leave(kube, spec, ledger, target, problems)
+        if not moved and _routes_to_candidate(kube, spec, ledger):
+            return ledger  # the selector a person set routes to it: it keeps serving
         settle_data_plane()  # the proxies leave the candidate before it stops
         if not spec.replaces_live:  # its generations end before it stops (flows/drain.py)
             found = drain(
@@ -232,10 +230,48 @@ def _restore_selector_then_candidate(
             )
             return ledger
         _undo_candidate(kube, spec, ledger)
-        if pinned:
+        if pinned and moved:
             _wait_candidate_gone(kube, spec, ledger)
-            ledger = _move_selector(kube, spec, ledger, ledger.snapshot.selector)
+            ledger, _ = _move_or_leave(kube, spec, ledger, ledger.snapshot.selector, problems)
     return ledger
+
+
+def _move_or_leave(
+    kube: Kube, spec: HandoffSpec, ledger: Ledger, target: dict[str, str], problems: list[str]
+) -> tuple[Ledger, bool]:
+    """_move_selector, where a selector a person set since the rollback began
+    (SelectorEdited) stays as if met before: recorded as edited, its words noted.
+    Returns the ledger as last written and whether the Service was moved."""
+    try:
+        return _move_selector(kube, spec, ledger, target), True
+    except SelectorEdited as exc:
+        problems.append(str(exc))
+        current = _as_recorded(kube, spec, ledger)
+        return _left(kube, spec, current, [f"Service {spec.service}"]), False
+
+
+def _as_recorded(kube: Kube, spec: HandoffSpec, ledger: Ledger) -> Ledger:
+    """This rollback's ledger as the Service holds it now: with a pin or an edit a part
+    recorded before it failed (the caller's copy predates them)."""
+    found = read_ledger(kube, spec)
+    if found is None or found.handoff_id != ledger.handoff_id:
+        return ledger
+    return found if found.phase is Phase.ROLLING_BACK else ledger
+
+
+def _adopt_unrecorded_pin(kube: Kube, spec: HandoffSpec, ledger: Ledger) -> Ledger:
+    """A rollback begun by a version that kept no `rollback_pins` (its ledger lacks the
+    key) may have left the Service on a pin it wrote: a selector of a pin's shape found
+    now is taken as that rollback's and recorded, as that version took any such pin."""
+    if "rollback_pins" in ledger.model_fields_set:
+        return ledger
+    selector = read.read_service(kube, spec.namespace, spec.service).selector
+    hash_ = selector.get("pod-template-hash")
+    if hash_ is None or selector != {**ledger.snapshot.selector, "pod-template-hash": hash_}:
+        return ledger
+    if _written_by(ledger, selector):
+        return ledger
+    return save_ledger(kube, spec, ledger.model_copy(update={"rollback_pins": [selector]}))
 
 
 def _left(kube: Kube, spec: HandoffSpec, ledger: Ledger, objects: Sequence[str]) -> Ledger:

@@ -146,13 +146,18 @@ class Workload:
     can_ready: bool = True
     generation: int = 1
     handoff_id: str | None = None
+    restarts: int = 0  # `kubectl rollout restart`: an annotation of the pod template
 
     def pod_labels(self) -> dict[str, str]:
         return {**self.labels, "pod-template-hash": self.template_hash}
 
     def template(self) -> dict[str, Any]:
+        restarted = {"kubectl.kubernetes.io/restartedAt": str(self.restarts)}
         return {
-            "metadata": {"labels": dict(self.labels)},
+            "metadata": {
+                "labels": dict(self.labels),
+                **({"annotations": restarted} if self.restarts else {}),
+            },
             "spec": {"containers": [{"name": CONTAINER, "image": self.image}]},
         }
 
@@ -161,12 +166,18 @@ class Workload:
         self.replicas = replicas
         self.ready = min(self.ready, replicas)
 
+    def restart(self) -> None:
+        """A new pod-template-hash; the rolling update keeps the ready count."""
+        self.restarts += 1
+        self.generation += 1
+        self.template_hash = f"{self.name}h{self.generation}"
+
     def set_template(self, labels: dict[str, str], image: str) -> None:
         if labels == self.labels and image == self.image:
             return
         self.labels, self.image = dict(labels), image
         self.generation += 1
-        self.template_hash = f"h{self.generation}"
+        self.template_hash = f"{self.name}h{self.generation}"
         self.ready = 0  # the pods of the new template start afresh
 
     def snapshot(self) -> DeploymentSnapshot:
@@ -517,6 +528,13 @@ class Handoff:
                             recorded.name, "spec.replicas", recorded.replicas, live.replicas
                         )
                     )
+                elif recorded.generation and live.generation != recorded.generation:
+                    edited = f"{live.generation} (its spec was edited or rolled)"
+                    found.append(
+                        drift._deployment(
+                            recorded.name, "metadata.generation", recorded.generation, edited
+                        )
+                    )
         if run.reached(Phase.APPLIED) and not run.reached(Phase.RETIRED):
             candidate = self.c.workloads.get(CANDIDATE)
             if candidate is None:
@@ -594,6 +612,7 @@ class Handoff:
         except PlanRefused:
             self.outcome = "refused"
             return
+        snapshot = self.snapshot()  # flows.plan.Plan.snapshot: the plan's own read
         yield from self._recover()
         if resumed is not None:
             if resumed.phase is not Phase.ROLLING_BACK:
@@ -611,7 +630,7 @@ class Handoff:
                 phase=Phase.DONE if done else Phase.STARTED,
                 cause=done,
                 strategy=str(Strategy.IN_PLACE if self.in_place else Strategy.SIDE_BY_SIDE),
-                snapshot=self.snapshot(),
+                snapshot=snapshot,
                 pin=pin,
                 started_at=now,
                 updated_at=now,
@@ -926,11 +945,12 @@ class Handoff:
             yield from noted(keep_service)
         elif candidate in kept:
             target = self._pinned_to_restored(ledger) or ledger.snapshot.selector
-            yield from noted(lambda: self._move_selector(ledger, target))
+            yield from noted(lambda: self._move_or_leave(ledger, target))
         else:
             yield from noted(lambda: self._selector_then_candidate(ledger))
-        # The ledger as the rollback's parts last wrote it (a pin, an edit recorded).
-        self.r.ledger = c.save_ledger(self.r.ledger.to(Phase.ROLLED_BACK, cause=cause[:200]))
+        # rollback._as_recorded: with what its parts recorded (a pin, an edit).
+        final = self._as_recorded(ledger)
+        self.r.ledger = c.save_ledger(final.to(Phase.ROLLED_BACK, cause=cause[:200]))
         yield "rolled back"
 
     def _candidate_to_preview(self, ledger: Ledger) -> Steps:
@@ -982,22 +1002,37 @@ class Handoff:
 
     def _selector_then_candidate(self, ledger: Ledger) -> Steps:
         pinned = self._pinned_to_restored(ledger)
-        try:
-            ledger = yield from self._move_selector(ledger, pinned or ledger.snapshot.selector)
-        except SelectorEdited:  # a person's, since the rollback began: left
-            ledger = self._left(ledger, [f"Service {SERVICE}"])
-            yield "selector left as edited"
-            if not self._routes_to_candidate():
-                yield from self._undo_candidate(ledger)
-            return
+        target = pinned or ledger.snapshot.selector
+        ledger, moved = yield from self._move_or_leave(ledger, target)
+        if not moved and self._routes_to_candidate():
+            return  # the selector a person set routes to it: it keeps serving
         if self._routes_to_candidate():
             return  # a person pointed the Service back at it: left at its count
         yield from self._undo_candidate(ledger)
-        if pinned:
+        if pinned and moved:
             yield from self.wait(
                 "the candidate's pods to stop", lambda: not self._cand_matches(ledger)
             )
-            yield from self._move_selector(ledger, ledger.snapshot.selector)
+            yield from self._move_or_leave(ledger, ledger.snapshot.selector)
+
+    def _move_or_leave(
+        self, ledger: Ledger, target: dict[str, str]
+    ) -> Generator[str, None, tuple[Ledger, bool]]:
+        """rollback._move_or_leave: a person's selector met here stays, recorded."""
+        try:
+            ledger = yield from self._move_selector(ledger, target)
+            return ledger, True
+        except SelectorEdited:
+            ledger = self._left(self._as_recorded(ledger), [f"Service {SERVICE}"])
+            yield "selector left as edited"
+            return ledger, False
+
+    def _as_recorded(self, ledger: Ledger) -> Ledger:
+        """rollback._as_recorded."""
+        found = self.c.ledger()
+        if found is None or found.handoff_id != ledger.handoff_id:
+            return ledger
+        return found if found.phase is Phase.ROLLING_BACK else ledger
 
     def _cand_matches(self, ledger: Ledger) -> bool:
         candidate = self.c.workloads.get(CANDIDATE)

@@ -274,8 +274,20 @@ class HandoffMachine(RuleBasedStateMachine):
         if candidate.image != EDITED_IMAGE:
             candidate.image = EDITED_IMAGE
             candidate.generation += 1
-            candidate.template_hash = f"h{candidate.generation}"
+            candidate.template_hash = f"{candidate.name}h{candidate.generation}"
             self._person(f"set image of {CANDIDATE}")
+
+    @rule(right_after_check=st.booleans(), rare=RARE)
+    def person_restarts_live(self, right_after_check: bool, rare: int) -> None:
+        """`kubectl rollout restart` of the live Deployment: its pods get a new
+        pod-template-hash, so a pin of the old one selects none of them, and a rollback's
+        pin is a new one (recorded before it is written)."""
+        if rare:
+            return
+        self.c.workloads[LIVE].restart()
+        if right_after_check and self.handoff is not None:
+            self.handoff.skip_next_check = True
+        self._person(f"restart {LIVE}")
 
     # --- I4 -------------------------------------------------------------------
     def _done_and_idle(self) -> bool:
@@ -516,6 +528,28 @@ def test_a_pin_a_person_sets_while_a_rollback_begins_is_not_taken_for_the_rollba
     ledger = m.c.ledger()
     assert ledger is not None and ledger.phase is Phase.ROLLED_BACK, m.trace[-10:]
     assert f"Service {SERVICE}" in ledger.edited, ledger.edited
+
+
+def test_a_rollback_records_the_pin_to_a_live_deployment_a_person_restarted() -> None:
+    """Shared labels: the candidate's preview pods match the live selector. A person
+    restarts the live Deployment during the warm-up (a new pod-template-hash, so the
+    plan's pin is stale); the run stops as PersonEdited and the rollback holds the
+    Service on a pin of the new hash, recorded in the ledger before it is written, until
+    the candidate's pods are gone; then the selector is the one before the handoff."""
+    m = HandoffMachine()
+    m.setup(shared=True)
+    m.start_a_run()
+    _until(m, "scaled to preview")
+    m.person_restarts_live(right_after_check=False, rare=0)
+    _until(m, "rolled back")
+    m.run_on(steps=20, time_passes=True)
+    assert not m.c.violations, (m.c.violations, m.trace[-20:])
+    ledger = m.c.ledger()
+    assert ledger is not None and ledger.phase is Phase.ROLLED_BACK, m.trace[-10:]
+    restarted = m.c.workloads[LIVE].template_hash
+    assert ledger.pin is not None and ledger.pin["pod-template-hash"] != restarted, ledger.pin
+    assert m.c.live_pin() in ledger.rollback_pins, ledger.rollback_pins
+    assert m.c.selector == ledger.snapshot.selector, m.c.selector
 
 
 @pytest.mark.parametrize("shared", [False, True], ids=["own labels", "shared labels"])
