@@ -185,6 +185,10 @@ def _pin_left(spec: HandoffSpec, candidate: str, pinned: dict[str, str]) -> str:
 
 
 def _routes_to_candidate(kube: Kube, spec: HandoffSpec, ledger: Ledger) -> bool:
+    """The Service selects pods of the candidate (never so when the candidate is the live
+    Deployment replaced in place: its pods are the restored ones)."""
+    if spec.replaces_live:
+        return False
     selector = read.read_service(kube, spec.namespace, spec.service).selector
     name = candidate_name(spec, ledger.strategy)
     return bool(selector) and any(
