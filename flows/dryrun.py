@@ -142,7 +142,7 @@ def planned_writes(
                         ns,
                         d.name,
                         d.spec,
-                        resource_version=d.resource_version,
+                        generation=d.generation,
                         dry_run=True,
                     ),
                 )

@@ -43,6 +43,7 @@ another parent.
         ├── SelectorEdited             (kube.write) a selector this handoff did not decide from
         ├── WorkloadReplaced           (kube.write) a Deployment of the handoff's name is another
         ├── ReplicasEdited             (kube.write) a replica count this handoff did not decide from
+        ├── SpecEdited                 (kube.write) a spec changed since a rollback decided from it
         ├── HistoryUnreadable          (ledger) the history annotation is not a JSON list
         ├── BaselineError              (baseline) no live pod of another workload to compare with
         ├── CandidateFailed            (warm) the candidate's pods cannot become ready

@@ -19,13 +19,12 @@ import dataclasses
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
 
 from flows.drain import Drained, drain
 from flows.drift import ServiceGone
 from flows.errors import HandoffError, PermanentError
 from flows.kube import read, write
-from flows.kube.client import Conflict, Kube, NotFound
+from flows.kube.client import Kube, NotFound
 from flows.kube.objects import (
     DeploymentSnapshot,
     PodSnapshot,
@@ -412,7 +411,9 @@ def _restore_workload(
         problems.append(f"Deployment {workload.name} no longer exists")
         return
     if workload.spec is not None and current.spec != workload.spec:
-        _put_back_spec(kube, spec, workload.name, workload.spec, current)
+        write.replace_deployment_spec(
+            kube, spec.namespace, workload.name, workload.spec, generation=current.generation
+        )
     elif current.replicas != workload.replicas:
         write.scale_deployment(
             kube,
@@ -425,30 +426,6 @@ def _restore_workload(
         wait_rolled_out(kube, spec.namespace, workload.name, deadline_s=restore_s(current))
     except HandoffError as exc:
         problems.append(str(exc))
-
-
-def _put_back_spec(
-    kube: Kube,
-    spec: HandoffSpec,
-    name: str,
-    recorded: dict[str, Any],
-    current: DeploymentSnapshot,
-) -> None:
-    """The recorded spec put back whole under the resourceVersion of the read it was
-    decided on. A 409 whose fresh read has the same generation is the controller's status
-    write (in place the pods are stopping, so it writes often): decided again on that
-    read. A new generation is a spec change made since, and the 409 stands."""
-    for attempt in range(4):
-        try:
-            write.replace_deployment_spec(
-                kube, spec.namespace, name, recorded, resource_version=current.resource_version
-            )
-            return
-        except Conflict:
-            fresh = read.read_deployment(kube, spec.namespace, name)
-            if attempt == 3 or fresh is None or fresh.generation != current.generation:
-                raise
-            current = fresh
 
 
 def restorable_from(workload: WorkloadSnapshot) -> set[int]:

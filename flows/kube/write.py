@@ -190,17 +190,34 @@ def replace_deployment_spec(
     name: str,
     spec: dict[str, Any],
     *,
-    resource_version: str,
+    generation: int,
     dry_run: bool = False,
 ) -> None:
-    """Put back a whole spec (rollback of an in-place handoff), guarded by resourceVersion."""
-    with mapped(f"read Deployment {namespace}/{name}"):
-        current = kube.api.sanitize_for_serialization(
-            kube.apps.read_namespaced_deployment(name, namespace)
-        )
-    # The caller's resourceVersion, not the one just read: a change since then is a 409.
-    current["metadata"]["resourceVersion"] = resource_version
-    _put_spec(kube, current, spec, dry_run=dry_run)
+    """Put back a whole spec (rollback of an in-place handoff), decided from the read of
+    `generation`. Each try reads afresh and writes under that read's resourceVersion, so
+    a 409 from the controller's status writes (frequent while pods stop) reads again; a
+    new generation is a spec change made since: SpecEdited, never overwritten."""
+    where = f"Deployment {namespace}/{name}"
+
+    def attempt() -> None:
+        with mapped(f"read {where}"):
+            current = kube.api.sanitize_for_serialization(
+                kube.apps.read_namespaced_deployment(name, namespace)
+            )
+        found = current["metadata"].get("generation")
+        if found != generation:
+            raise SpecEdited(
+                f"{where}: its spec is at generation {found}, not {generation} that this "
+                "rollback decided from: someone changed it since, and it was not put back. "
+                "Check that the change was meant, then run `handoff rollback` again"
+            )
+        _put_spec(kube, current, spec, dry_run=dry_run)
+
+    _reread_on_conflict(attempt, f"put back the spec of {where}")
+
+
+class SpecEdited(PermanentError):
+    """A Deployment's spec changed since the read a rollback decided from."""
 
 
 def selector_patch(old: dict[str, str], new: dict[str, str]) -> dict[str, str | None]:
