@@ -14,6 +14,15 @@ app = typer.Typer(
 SPECS = Path("manifests/handoffs")
 
 
+def spec_files(given: list[Path] | None) -> list[Path]:
+    """The spec files named, else every *.yaml under manifests/handoffs; exit 2 if none."""
+    files = given or sorted(SPECS.glob("*.yaml"))
+    if not files:
+        typer.echo(f"no spec files given and none under {SPECS}: name them", err=True)
+        raise typer.Exit(2)
+    return files
+
+
 @app.command()
 def render(
     specs: Annotated[
@@ -39,10 +48,7 @@ def render(
     from flows.render import ManifestError
     from flows.spec import SpecError, load_spec
 
-    files = specs or sorted(SPECS.glob("*.yaml"))
-    if not files:
-        typer.echo(f"no spec files given and none under {SPECS}: name them", err=True)
-        raise typer.Exit(2)
+    files = spec_files(specs)
     try:
         loaded = [load_spec(f) for f in files]
         text = render_policy(loaded) if policy else render_rbac(loaded)

@@ -1,6 +1,7 @@
 """`handoff work-pool render`: the Kubernetes pool's template with image, command and
-ServiceAccount fixed; `handoff work-pool render-process`: the process pool's, with its
-command, working directory and the names a run's env may set fixed."""
+ServiceAccount fixed and a run's env names from an allow-list; `handoff work-pool
+render-process`: the process pool's, with its command, working directory and the names a
+run's env may set fixed."""
 
 from __future__ import annotations
 
@@ -21,6 +22,13 @@ def render(
     image: Annotated[
         str, typer.Option(help="The flow's image by digest: REGISTRY/REPO@sha256:<64 hex>.")
     ],
+    specs: Annotated[
+        list[Path] | None,
+        typer.Argument(
+            help="Spec files whose `environment:` names a run's env may set (default: "
+            "every *.yaml under manifests/handoffs)."
+        ),
+    ] = None,
     service_account: Annotated[
         str, typer.Option(help="The ServiceAccount the flow's Job runs as.")
     ] = "handoff",
@@ -31,12 +39,18 @@ def render(
     """Print the base job template of manifests/work-pool/handoff-kubernetes.json with the
     image, the command `prefect flow-run execute` and the ServiceAccount as literals, none
     of them a job variable, and no variable but the template's: Prefect then refuses (422)
-    a deployment or flow run that sets one."""
+    a deployment or flow run that sets one. A run's env may name only the flow's HANDOFF_*
+    settings (no key file) and the variables the specs declare: render again when a spec
+    declares a new one."""
+    from cli.rbac import spec_files
+    from flows.spec import SpecError, declared_environment
     from flows.workpool import PoolTemplateError, render_pool_template
 
     try:
-        text = json.dumps(render_pool_template(image, service_account=service_account), indent=2)
-    except PoolTemplateError as exc:
+        declared = [n for f in spec_files(specs) for n in declared_environment(f)]
+        template = render_pool_template(image, service_account=service_account, declared=declared)
+        text = json.dumps(template, indent=2)
+    except (PoolTemplateError, SpecError) as exc:
         typer.echo(f"cannot render the work pool template: {exc}", err=True)
         raise typer.Exit(2) from None
     _write(text, out)

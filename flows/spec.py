@@ -423,6 +423,13 @@ def _env_overrides() -> list[dict[str, str]]:
     return out
 
 
+def declared_environment(path: Path) -> list[str]:
+    """The variables a spec file declares under `environment:`, checked, without
+    expanding anything (the work pool's env allow-list is made of them)."""
+    path = path.resolve()
+    return _declared(read_mapping(path, "handoff spec", SpecError), path)
+
+
 def load_spec(path: Path, *, root: Path | None = None) -> HandoffSpec:
     """Read, expand and validate a spec file; relative paths become absolute, and every
     file it names must lie under root: the repository holding the spec, found from the

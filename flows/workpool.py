@@ -8,11 +8,11 @@ command `prefect flow-run execute` and the ServiceAccount as literals, lists non
 them among its variables, and refuses variables it does not list
 (`additionalProperties: false`): Prefect answers 422 to a deployment or a flow run that
 sets one. The signing key's path is set by the template too (`FIXED_ENV`, where it
-mounts the Secret). What stays open to a run's job variables: the namespace, env whose
-names match JOB_ENV (the flow's settings and the variables a spec declares: no name the
-loader, Python, git, Prefect, the Kubernetes client, TLS or a proxy reads, no key file),
-labels, annotations, resources and the Job's timeouts (docs/operating.md, "Trust
-boundary").
+mounts the Secret). What stays open to a run's job variables: the namespace, env by an
+allow-list (`job_env`: the flow's HANDOFF_* settings but the key files, and the names
+the repository's specs declare under `environment:`, each checked to be none the loader,
+Python, git, Prefect, the Kubernetes client, TLS or a proxy reads), labels, annotations,
+resources and the Job's timeouts (docs/operating.md, "Trust boundary").
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from __future__ import annotations
 import copy
 import json
 import re
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -43,9 +44,14 @@ class PoolTemplateError(PermanentError):
 
 
 def render_pool_template(
-    image: str, *, service_account: str = "handoff", template: Path = TEMPLATE
+    image: str,
+    *,
+    service_account: str = "handoff",
+    declared: Iterable[str] = (),
+    template: Path = TEMPLATE,
 ) -> dict[str, Any]:
-    """The base job template with `image`, the command and `service_account` fixed."""
+    """The base job template with `image`, the command and `service_account` fixed, and
+    a run's env names limited to job_env(declared)."""
     if not PINNED.match(image):
         raise PoolTemplateError(
             f"image {image!r} is not pinned by digest: the pool runs exactly one image, so "
@@ -70,31 +76,51 @@ def render_pool_template(
     container["env"] = copy.deepcopy(FIXED_ENV)
     pod["serviceAccountName"] = service_account
     _close(rendered["variables"], FIXED)
-    rendered["variables"]["properties"]["env"]["propertyNames"] = {"pattern": JOB_ENV}
+    rendered["variables"]["properties"]["env"]["propertyNames"] = {"pattern": job_env(declared)}
     left = sorted(n for n in FIXED if f"{{{{ {n} }}}}" in json.dumps(rendered))
     if left:
         raise PoolTemplateError(f"{template}: still refers to {', '.join(left)} after rendering")
     return rendered
 
 
-# What a run's env may set on a process worker's host: the flow's own settings, none of
-# the key files (a run could point them at another key the host holds), nothing the
-# loader, Python, git, Prefect or the Kubernetes client reads (LD_PRELOAD, PYTHONPATH,
-# PATH, GIT_*, PREFECT_*, KUBECONFIG).
-RUN_ENV = (
-    r"^(?!HANDOFF_(SIGNING_KEY_FILE|EVENT_KEY_FILE|EVENT_PUBLIC_KEY_FILE|SOURCE_COMMIT)$)"
-    r"HANDOFF_[A-Z0-9_]+$"
+# The flow's own settings, none of the key files (a run could point them at another key
+# the host holds) nor the merge commit (the relay's to give). Nothing else HANDOFF_* is
+# read by the loader, Python, git, Prefect or the Kubernetes client.
+_SETTINGS = (
+    r"(?!HANDOFF_(SIGNING_KEY_FILE|EVENT_KEY_FILE|EVENT_PUBLIC_KEY_FILE|SOURCE_COMMIT)$)"
+    r"HANDOFF_[A-Z0-9_]+"
 )
-# A Job's env also carries the variables a spec declares (`environment:`, any upper-case
-# name: a Job inherits nothing from its worker), so it is closed by what it may not name:
-# what the loader, Python, git, Prefect, the Kubernetes client (KUBERNETES_SERVICE_HOST
-# would point it at another apiserver), TLS trust or a proxy reads, and the key files.
-JOB_ENV = (
-    r"^(?!(LD_|PYTHON|GIT_|PREFECT_|KUBE|SSL_|UV_|PIP_)"
-    r"|(PATH|HOME|HTTPS?_PROXY|NO_PROXY|ALL_PROXY|REQUESTS_CA_BUNDLE|CURL_CA_BUNDLE)$"
-    r"|HANDOFF_(SIGNING_KEY_FILE|EVENT_KEY_FILE|EVENT_PUBLIC_KEY_FILE|SOURCE_COMMIT)$)"
-    r"[A-Z][A-Z0-9_]*$"
+# What a run's env may set on a process worker's host: the flow's settings alone.
+RUN_ENV = f"^{_SETTINGS}$"
+# Names a spec may not declare for a Job's env: what the loader, Python, git, Prefect, the
+# Kubernetes client (KUBERNETES_SERVICE_HOST would point it at another apiserver), TLS
+# trust, a proxy or the installers read (a Job inherits nothing from its worker: a spec's
+# variables reach it only through the run's env).
+FORBIDDEN_ENV = re.compile(
+    r"^((LD_|PYTHON|GIT_|PREFECT_|KUBE|SSL_|UV_|PIP_).*"
+    r"|PATH|HOME|HTTPS?_PROXY|NO_PROXY|ALL_PROXY|REQUESTS_CA_BUNDLE|CURL_CA_BUNDLE)$",
+    re.IGNORECASE,
 )
+
+
+def job_env(declared: Iterable[str]) -> str:
+    """The names a Job's env may set, as a pattern: the flow's settings and, by name,
+    the variables the specs declare (a HANDOFF_* one is a setting: the settings' rule
+    decides it; none that FORBIDDEN_ENV names)."""
+    names = sorted({n for n in declared if not n.startswith("HANDOFF_")})
+    refused = [
+        n for n in names if FORBIDDEN_ENV.match(n) or not re.fullmatch(r"[A-Z][A-Z0-9_]*", n)
+    ]
+    if refused:
+        raise PoolTemplateError(
+            f"the specs declare {', '.join(refused)} under `environment:`, which a run's env "
+            "may not set: a lower-case name, or one the loader, Python, git, Prefect, the "
+            "Kubernetes client, TLS or a proxy reads. Give the spec's variables upper-case "
+            "names of their own (HANDOFF_SPEC_<NAME> needs no declaring)"
+        )
+    return "^(" + "|".join([_SETTINGS, *names]) + ")$"
+
+
 PROCESS_FIXED = ("command", "working_dir")
 
 

@@ -22,6 +22,7 @@ from prefect.client.orchestration import SyncPrefectClient
 from prefect.client.schemas.objects import State
 from prefect.settings import PREFECT_API_AUTH_STRING, PREFECT_API_URL, temporary_settings
 
+from flows.spec import declared_environment
 from flows.workpool import render_pool_template
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -56,9 +57,10 @@ def deploy(
     env.setdefault("HANDOFF_REPOSITORY", str(ROOT))
     with tempfile.TemporaryDirectory() as scratch:
         template = Path(scratch) / "pool.json"
-        template.write_text(
-            json.dumps(render_pool_template(image, service_account=service_account))
-        )
+        specs = sorted((ROOT / "manifests" / "handoffs").glob("*.yaml"))
+        declared = [n for f in specs for n in declared_environment(f)]
+        rendered = render_pool_template(image, service_account=service_account, declared=declared)
+        template.write_text(json.dumps(rendered))
         prefect(
             env,
             *("work-pool", "create", POOL, "--type", "kubernetes", "--overwrite"),

@@ -1,9 +1,10 @@
 """The Kubernetes pool's template fixes what a run could otherwise change: its image (by
 digest), command, ServiceAccount, cluster credentials and the signing key's path, and
-limits env to the flow's own settings. A real Prefect server refuses (422) a deployment or
-a flow run that sets the image, command or ServiceAccount, or an env variable the loader,
-Python, Kubernetes or the signing would read, and takes what prefect.yaml's Kubernetes
-deployment sets."""
+limits env to an allow-list: the flow's own settings and the variables the specs declare.
+A real Prefect server refuses (422) a deployment or a flow run that sets the image, command
+or ServiceAccount, or any other env variable (what the loader, Python, Kubernetes, OpenSSL
+or the signing would read among them), and takes what prefect.yaml's Kubernetes deployment
+sets. A spec that declares a name the loader or Python reads renders no template."""
 
 from __future__ import annotations
 
@@ -69,7 +70,7 @@ def test_prefect_refuses_a_run_that_would_change_what_runs_or_as_whom(
     prefect: PrefectServer,
 ) -> None:
     pool = f"handoff-fixed-{uuid.uuid4().hex[:6]}"
-    template = render_pool_template(IMAGE)
+    template = render_pool_template(IMAGE, declared=["CANDLE_VLLM_SOURCE"])
     shipped = _kubernetes_job_variables()
     overrides: dict[str, Any] = {
         "image": "evil.example/shell:1",
@@ -87,6 +88,12 @@ def test_prefect_refuses_a_run_that_would_change_what_runs_or_as_whom(
                 "REQUESTS_CA_BUNDLE",
                 "PREFECT_API_URL",
                 "HANDOFF_SIGNING_KEY_FILE",
+                # read by OpenSSL and Node, and by none of the above's rules: only an
+                # allow-list refuses what nobody thought to name
+                "OPENSSL_CONF",
+                "NODE_OPTIONS",
+                # a spec declares it, but not this spec set
+                "GDN_FIX_COMMIT",
             )
         },
     }
@@ -124,6 +131,39 @@ def test_prefect_refuses_a_run_that_would_change_what_runs_or_as_whom(
         assert run.job_variables == allowed
         client.delete_deployment(deployment)
         client.delete_work_pool(pool)
+
+
+@pytest.mark.parametrize("name", ["LD_PRELOAD", "PYTHONSTARTUP", "KUBECONFIG", "lower_case"])
+def test_a_spec_declaring_a_name_the_loader_reads_renders_no_template(
+    name: str, tmp_path: Path
+) -> None:
+    spec = tmp_path / "s.yaml"
+    spec.write_text(yaml.safe_dump({"name": "s", "environment": [name]}))
+    result = subprocess.run(
+        [sys.executable, "-m", "cli", "work-pool", "render", "--image", IMAGE, str(spec)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 2 and result.stdout == "", result.stdout
+    assert name in result.stderr and "may not set" in result.stderr, result.stderr
+
+
+def test_the_rendered_allow_list_names_what_the_repositorys_specs_declare() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "cli", "work-pool", "render", "--image", IMAGE],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
+    assert result.returncode == 0, result.stderr
+    pattern = json.loads(result.stdout)["variables"]["properties"]["env"]["propertyNames"]
+    allowed = re.compile(pattern["pattern"])
+    for name in ("CANDLE_VLLM_SOURCE", "GDN_FIX_COMMIT", "HANDOFF_POD_ACCESS"):
+        assert allowed.match(name), name
+    for name in ("OPENSSL_CONF", "HANDOFF_SIGNING_KEY_FILE", "CANDLE_VLLM_SOURCEX", "PATH"):
+        assert not allowed.match(name), name
 
 
 def _variable(name: str, value: Any) -> dict[str, Any]:
