@@ -15,10 +15,12 @@ other parts still run: the ledger always ends rolled back.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from typing import Any
 
 from flows.drain import Drained, drain
 from flows.drift import ServiceGone
@@ -38,6 +40,7 @@ from flows.ledger import REVISION_LABEL, TERMINAL, Ledger, Phase, WorkloadSnapsh
 from flows.ledger_store import read_ledger, save_ledger
 from flows.render import (
     HANDOFF_ID_ANNOTATION,
+    WORKLOAD_LABEL,
     candidate_name,
     compute_startup_allowance,
     is_twin,
@@ -118,11 +121,15 @@ def rollback(
         # its preview size and frees the GPUs the old pods need to come back.
         with _noted(problems):
             _candidate_to_preview(kube, spec, ledger)
+    if f"Service {spec.service}" not in kept:
+        with _noted(problems):
+            ledger = _back_through_twin(kube, spec, ledger, problems, drains)
+        kept = set(ledger.edited)
     for workload in ledger.snapshot.workloads:
         if f"Deployment {workload.name}" in kept:
             continue
         with _noted(problems):
-            _restore_workload(kube, spec, workload, problems)
+            _restore_workload(kube, spec, ledger, workload, problems)
     if f"Service {spec.service}" in kept:
         # A person chose the selector: it stays, and so do the pods it routes to.
         with _noted(problems):
@@ -169,7 +176,7 @@ def restore_workloads(
     for workload in ledger.snapshot.workloads:
         if f"Deployment {workload.name}" not in kept:
             with _noted(problems):
-                _restore_workload(kube, spec, workload, problems)
+                _restore_workload(kube, spec, ledger, workload, problems)
     return problems
 
 
@@ -185,9 +192,10 @@ def _pin_left(spec: HandoffSpec, candidate: str, pinned: dict[str, str]) -> str:
 
 
 def _routes_to_candidate(kube: Kube, spec: HandoffSpec, ledger: Ledger) -> bool:
-    """The Service selects pods of the candidate (never so when the candidate is the live
-    Deployment replaced in place: its pods are the restored ones)."""
-    if spec.replaces_live:
+    """The Service selects pods of the candidate: a twin's, or a separate Deployment's
+    (never so when the candidate is the live Deployment replaced in place: its pods are
+    the restored ones)."""
+    if spec.replaces_live and not is_twin(spec, ledger.strategy):
         return False
     selector = read.read_service(kube, spec.namespace, spec.service).selector
     name = candidate_name(spec, ledger.strategy)
@@ -214,7 +222,9 @@ def _restore_selector_then_candidate(
         if not moved and _routes_to_candidate(kube, spec, ledger):
             return ledger  # the selector a person set routes to it: it keeps serving
         settle_data_plane()  # the proxies leave the candidate before it stops
-        if not spec.replaces_live:  # its generations end before it stops (flows/drain.py)
+        # Its generations end before it stops (flows/drain.py); in place with the live
+        # Deployment replaced there is no candidate of its own to stop.
+        if not spec.replaces_live or is_twin(spec, ledger.strategy):
             found = drain(
                 kube,
                 spec.namespace,
@@ -241,13 +251,19 @@ def _restore_selector_then_candidate(
 
 
 def _move_or_leave(
-    kube: Kube, spec: HandoffSpec, ledger: Ledger, target: dict[str, str], problems: list[str]
+    kube: Kube,
+    spec: HandoffSpec,
+    ledger: Ledger,
+    target: dict[str, str],
+    problems: list[str],
+    *,
+    owners: Sequence[str] | None = None,
 ) -> tuple[Ledger, bool]:
     """_move_selector, where a selector a person set since the rollback began
     (SelectorEdited) stays as if met before: recorded as edited, its words noted.
     Returns the ledger as last written and whether the Service was moved."""
     try:
-        return _move_selector(kube, spec, ledger, target), True
+        return _move_selector(kube, spec, ledger, target, owners=owners), True
     except SelectorEdited as exc:
         problems.append(str(exc))
         current = _as_recorded(kube, spec, ledger)
@@ -301,7 +317,14 @@ class RestoreNotReady(PermanentError):
     """What the Service should go back to has no Ready pod: it stays on what serves."""
 
 
-def _move_selector(kube: Kube, spec: HandoffSpec, ledger: Ledger, target: dict[str, str]) -> Ledger:
+def _move_selector(
+    kube: Kube,
+    spec: HandoffSpec,
+    ledger: Ledger,
+    target: dict[str, str],
+    *,
+    owners: Sequence[str] | None = None,
+) -> Ledger:
     """Point the Service back at `target` once a pod it matches is Ready, reading only
     until then, as the forward swap does: while the Service routes to ready pods, it is
     never moved to pods none of which serves. A Service that routes to none (in place, or
@@ -311,10 +334,11 @@ def _move_selector(kube: Kube, spec: HandoffSpec, ledger: Ledger, target: dict[s
     RestoreNotReady when none is Ready in time: the ledger stays in rolling-back. A pin
     (the selector narrowed to the restored pods) is recorded in the ledger before it is
     written, so that a later step, or a rerun, knows it from a person's of the same shape.
+    `owners`: the Deployments whose Ready pods count (default: the restored ones).
     Returns the ledger as last written."""
     serving = bool(read.read_endpoints(kube, spec.namespace, spec.service).ready_pods)
     if serving:
-        _wait_restored_ready(kube, spec, ledger, target, moved=False)
+        _wait_restored_ready(kube, spec, ledger, target, moved=False, owners=owners)
     if not _written_by(ledger, target):
         pins = [*ledger.rollback_pins, target]
         ledger = save_ledger(kube, spec, ledger.model_copy(update={"rollback_pins": pins}))
@@ -327,21 +351,24 @@ def _move_selector(kube: Kube, spec: HandoffSpec, ledger: Ledger, target: dict[s
     )
     if not serving and ledger.snapshot.serving:
         # Nothing served a moment ago: `rolled-back` only once the restored pods do.
-        _wait_restored_ready(kube, spec, ledger, target, moved=True)
+        _wait_restored_ready(kube, spec, ledger, target, moved=True, owners=owners)
     return ledger
 
 
 def _wait_restored_ready(
-    kube: Kube, spec: HandoffSpec, ledger: Ledger, target: dict[str, str], *, moved: bool
+    kube: Kube,
+    spec: HandoffSpec,
+    ledger: Ledger,
+    target: dict[str, str],
+    *,
+    moved: bool,
+    owners: Sequence[str] | None = None,
 ) -> None:
-    """A Ready pod matching `target` of a restored workload that still exists (a deleted
-    Deployment's pods stay Ready for a moment before the garbage collector removes
-    them), within READY_AFTER_RESTORE_S; RestoreNotReady otherwise."""
-    live = [
-        w.name
-        for w in ledger.snapshot.workloads
-        if read.read_deployment(kube, spec.namespace, w.name) is not None
-    ]
+    """A Ready pod matching `target` of a restored workload (or of `owners`) that still
+    exists (a deleted Deployment's pods stay Ready for a moment before the garbage
+    collector removes them), within READY_AFTER_RESTORE_S; RestoreNotReady otherwise."""
+    names = owners if owners is not None else [w.name for w in ledger.snapshot.workloads]
+    live = [n for n in names if read.read_deployment(kube, spec.namespace, n) is not None]
 
     def decide(pods: list[PodSnapshot]) -> bool | None:
         serving = [
@@ -403,14 +430,115 @@ def _candidate_to_preview(kube: Kube, spec: HandoffSpec, ledger: Ledger) -> None
         write.scale_deployment(kube, spec.namespace, name, preview, expected={candidate.replicas})
 
 
+def _rewritten(ledger: Ledger, workload: WorkloadSnapshot, found: DeploymentSnapshot) -> bool:
+    """This handoff wrote the live Deployment's spec (in place at the apply, through a
+    twin at the retirement): it carries the handoff's mark and no longer the recorded
+    spec. A spec changed otherwise is a person's, and is not put back."""
+    return (
+        workload.spec is not None
+        and found.spec != workload.spec
+        and found.annotations.get(HANDOFF_ID_ANNOTATION) == ledger.handoff_id
+    )
+
+
+def _back_through_twin(
+    kube: Kube,
+    spec: HandoffSpec,
+    ledger: Ledger,
+    problems: list[str],
+    drains: list[Drained] | None,
+) -> Ledger:
+    """Through a twin, once the live Deployment took the candidate's spec and its pods
+    serve (the twin removed): the recorded spec, the version to go back to, runs first as
+    the twin (at the preview size, as the candidate did), the Service moves to its pods
+    in one write, and only then does the live Deployment, serving nothing, get its
+    recorded spec back. Put back in place, a Recreate strategy (one pod holding the GPUs)
+    would leave the Service without endpoints. The usual restore then moves the Service
+    to the restored live pods and removes the twin, as the forward retirement does. A twin
+    that does not become ready is removed, and the restore goes on in place (noted).
+    Returns the ledger as last written."""
+    ns = spec.namespace
+    if not is_twin(spec, ledger.strategy) or len(ledger.snapshot.workloads) != 1:
+        return ledger
+    [workload] = ledger.snapshot.workloads
+    live = read.read_deployment(kube, ns, workload.name)
+    if live is None or workload.spec is None or not _rewritten(ledger, workload, live):
+        return ledger
+    selector = read.read_service(kube, ns, spec.service).selector
+    pods = read.list_pods(kube, ns, selector) if selector else []
+    if not any(p.ready and owned_by_deployment(p, live.name) for p in pods):
+        return ledger  # nothing serves from it: its restore costs no client anything
+    twin = candidate_name(spec, ledger.strategy)
+    write.apply_deployment(kube, _previous_as_twin(spec, ledger, workload.spec, twin))
+    try:
+        wait_rolled_out(kube, ns, twin, deadline_s=restore_s(workload.spec))
+    except HandoffError as exc:
+        problems.append(
+            f"the previous version did not become ready as Deployment {twin} ({exc}): it "
+            f"was removed, and {workload.name} gets its recorded spec back in place"
+        )
+        write.delete_deployment(kube, ns, twin, marked=(HANDOFF_ID_ANNOTATION, ledger.handoff_id))
+        return ledger
+    target = {**ledger.snapshot.selector, WORKLOAD_LABEL: twin}
+    ledger, moved = _move_or_leave(kube, spec, ledger, target, problems, owners=[twin])
+    if moved:
+        settle_data_plane()  # the proxies leave the live pods before they are replaced
+        found = drain(
+            kube,
+            ns,
+            spec.service,
+            workload.name,
+            port=spec.candidate.port,
+            connections=spec.retire.drain_connections,
+        )
+        if found is not None and drains is not None:
+            drains.append(found)
+    return ledger
+
+
+def _previous_as_twin(
+    spec: HandoffSpec, ledger: Ledger, recorded: dict[str, Any], twin: str
+) -> dict[str, Any]:
+    """The live Deployment's recorded spec as the twin: its own name and workload label
+    (so its pods are told from the live Deployment's), the preview size, this handoff's
+    mark (so only this handoff deletes it)."""
+    body = copy.deepcopy(recorded)
+    body["replicas"] = spec.candidate.preview_replicas
+    body["selector"].setdefault("matchLabels", {})[WORKLOAD_LABEL] = twin
+    body["template"]["metadata"].setdefault("labels", {})[WORKLOAD_LABEL] = twin
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {
+            "name": twin,
+            "namespace": spec.namespace,
+            "annotations": {HANDOFF_ID_ANNOTATION: ledger.handoff_id},
+        },
+        "spec": body,
+    }
+
+
 def _restore_workload(
-    kube: Kube, spec: HandoffSpec, workload: WorkloadSnapshot, problems: list[str]
+    kube: Kube,
+    spec: HandoffSpec,
+    ledger: Ledger,
+    workload: WorkloadSnapshot,
+    problems: list[str],
 ) -> None:
     current = read.read_deployment(kube, spec.namespace, workload.name)
     if current is None:
         problems.append(f"Deployment {workload.name} no longer exists")
         return
     if workload.spec is not None and current.spec != workload.spec:
+        if not _rewritten(ledger, workload, current):
+            problems.append(
+                f"Deployment {spec.namespace}/{workload.name}'s spec differs from the one "
+                f"handoff {ledger.handoff_id} recorded, and this handoff did not write it "
+                f"(annotation {HANDOFF_ID_ANNOTATION}="
+                f"{current.annotations.get(HANDOFF_ID_ANNOTATION)!r}): a person's change, left "
+                "as it is"
+            )
+            return
         write.replace_deployment_spec(
             kube, spec.namespace, workload.name, workload.spec, generation=current.generation
         )
@@ -435,14 +563,13 @@ def restorable_from(workload: WorkloadSnapshot) -> set[int]:
     return {workload.replicas, 0}
 
 
-def restore_s(deployment: DeploymentSnapshot) -> float:
-    """How long a restored workload may take to roll out: its own startup allowance
-    (the longest startupProbe budget of its containers, else the default) plus a
-    margin for scheduling and pulls."""
-    containers = deployment.spec["template"]["spec"]["containers"]
-    allowance = max(
-        compute_startup_allowance({"spec": deployment.spec}, c["name"]) for c in containers
-    )
+def restore_s(deployment: DeploymentSnapshot | dict[str, Any]) -> float:
+    """How long a restored workload (or one of this spec) may take to roll out: its own
+    startup allowance (the longest startupProbe budget of its containers, else the
+    default) plus a margin for scheduling and pulls."""
+    body = deployment.spec if isinstance(deployment, DeploymentSnapshot) else deployment
+    containers = body["template"]["spec"]["containers"]
+    allowance = max(compute_startup_allowance({"spec": body}, c["name"]) for c in containers)
     return allowance + RESTORE_MARGIN_S
 
 

@@ -5,10 +5,14 @@ follow from them; and one handoff run written as a generator that yields between
 writes, so a test can crash it, time out its waits or fail its next write anywhere.
 
 Side by side with a separate candidate Deployment (`current: [old]`, `candidate: cand`),
-the path the seeds take, with or without a bake before the retirement; or in place with
+the path the seeds take, with or without a bake before the retirement; in place with
 the same two Deployments (the old pods stop at the apply, once the outage's start is on
-the ledger; a rollback stops the candidate before it restores them). A twin (the
-candidate written as a copy of the live Deployment) is not modelled. The run makes the
+the ledger; a rollback stops the candidate before it restores them); or a new spec of the
+live Deployment itself (`candidate: old`) side by side, gated in a twin Deployment
+(`old-handoff`) whose retirement rewrites the live Deployment with the candidate's spec,
+narrows the Service to its pods and deletes the twin (a rollback puts the recorded spec
+back). In place with the live Deployment's own name (the live pods replaced at the apply)
+is not modelled. The run makes the
 writes the real steps make, in their order (flows/handoff.py, start.py, apply.py, warm.py,
 gating.py, approve.py, swap.py, scale.py, rollback.py, session.py), and every decision it
 takes is the project's own function, called on snapshots built from the model:
@@ -40,7 +44,7 @@ from flows.kube.objects import (
     matches,
     owned_by_deployment,
 )
-from flows.kube.write import ReplicasEdited, SelectorEdited
+from flows.kube.write import ReplicasEdited, SelectorEdited, WorkloadReplaced
 from flows.ledger import (
     REVISION_LABEL,
     TERMINAL,
@@ -59,6 +63,8 @@ from flows.ledger import (
 from flows.plan import Plan, PlanRefused, _live_selector_pin
 from flows.render import (
     HANDOFF_ID_ANNOTATION,
+    TWIN_SUFFIX,
+    WORKLOAD_LABEL,
     compute_revision,
     render_candidate,
     template_sha256,
@@ -68,7 +74,7 @@ from flows.run import HandoffRun
 from flows.serving import Route, Routing, Serving, route
 from flows.spec import HandoffSpec
 from flows.start import ensure_not_rolling_back, ensure_same_candidate
-from flows.swap import target_selector
+from flows.swap import live_only_selector, target_selector
 from flows.tasks import EXPLAINED
 from tests.kube.test_spec_fuzz import valid_spec
 
@@ -76,6 +82,7 @@ NS = "ns"
 SERVICE = "svc"
 LIVE = "old"
 CANDIDATE = "cand"
+TWIN = LIVE + TWIN_SUFFIX  # the candidate gated beside the live Deployment it replaces
 CONTAINER = "server"
 PINNED = "r.invalid/s@sha256:" + "a" * 64
 EDITED_IMAGE = "r.invalid/s@sha256:" + "e" * 64
@@ -89,23 +96,27 @@ CANARY = {"track": "canary"}
 Steps = Generator[str, None, None]
 
 
-def make_spec() -> HandoffSpec:
+def make_spec(*, twin: bool = False) -> HandoffSpec:
+    """A separate candidate Deployment, or (`twin`) the live Deployment's new spec, which
+    side by side is gated in a twin Deployment first."""
     raw = valid_spec(NS, SERVICE)
     raw["current"] = [LIVE]
-    raw["candidate"].update(deployment=CANDIDATE, container=CONTAINER, replicas=2)
+    deployment = LIVE if twin else CANDIDATE
+    raw["candidate"].update(deployment=deployment, container=CONTAINER, replicas=2)
     raw["candidate"]["preview_replicas"] = 1
     raw["approval"] = {"required": False}
     return HandoffSpec.model_validate({**raw, "source_file": Path("/specs/fuzzed.yaml")})
 
 
-def make_manifest(shared_labels: bool) -> dict[str, Any]:
+def make_manifest(shared_labels: bool, *, twin: bool = False) -> dict[str, Any]:
     """The candidate Deployment's file. With shared labels its pods match the live
-    selector, so the plan narrows the Service to the live pods before the apply."""
-    app = "svc" if shared_labels else "cand"
+    selector, so the plan narrows the Service to the live pods before the apply. For a
+    twin, the live Deployment's own file (its selector, so its pods match the Service's)."""
+    app = "svc" if shared_labels or twin else "cand"
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": {"name": CANDIDATE},
+        "metadata": {"name": LIVE if twin else CANDIDATE},
         "spec": {
             "replicas": 1,
             "selector": {"matchLabels": {"app": app}},
@@ -148,6 +159,10 @@ class Workload:
     handoff_id: str | None = None
     restarts: int = 0  # `kubectl rollout restart`: an annotation of the pod template
 
+    def hash_of(self, generation: int) -> str:
+        """A pod-template-hash for a generation (never with a '-', as the real ones)."""
+        return f"{self.name.replace('-', '')}h{generation}"
+
     def pod_labels(self) -> dict[str, str]:
         return {**self.labels, "pod-template-hash": self.template_hash}
 
@@ -166,18 +181,33 @@ class Workload:
         self.replicas = replicas
         self.ready = min(self.ready, replicas)
 
+    def put_spec(self, spec: dict[str, Any]) -> None:
+        """flows.kube.write.replace_deployment_spec: the recorded template and count."""
+        template = spec["template"]
+        annotations = template["metadata"].get("annotations") or {}
+        restarts = int(annotations.get("kubectl.kubernetes.io/restartedAt", 0))
+        if template != self.template():
+            # Recreate, as the seeds' GPU Deployments: the old pods stop first.
+            self.ready = 0
+            self.restarts = restarts
+            self.labels = dict(template["metadata"]["labels"])
+            self.image = template["spec"]["containers"][0]["image"]
+            self.generation += 1
+            self.template_hash = self.hash_of(self.generation)
+        self.scale(spec["replicas"])
+
     def restart(self) -> None:
         """A new pod-template-hash; the rolling update keeps the ready count."""
         self.restarts += 1
         self.generation += 1
-        self.template_hash = f"{self.name}h{self.generation}"
+        self.template_hash = self.hash_of(self.generation)
 
     def set_template(self, labels: dict[str, str], image: str) -> None:
         if labels == self.labels and image == self.image:
             return
         self.labels, self.image = dict(labels), image
         self.generation += 1
-        self.template_hash = f"{self.name}h{self.generation}"
+        self.template_hash = self.hash_of(self.generation)
         self.ready = 0  # the pods of the new template start afresh
 
     def snapshot(self) -> DeploymentSnapshot:
@@ -286,6 +316,16 @@ class Cluster:
             if w.ready and matches(self.selector, w.pod_labels())
         }
 
+    def versions(self) -> set[tuple[str, str]]:
+        """What the endpoints lead to, as clients tell versions apart: by revision label
+        and image (a twin's pods and the live Deployment's with the same spec are one;
+        `kubectl set image` keeps the labels)."""
+        return {
+            (w.labels.get(REVISION_LABEL, ""), w.image)
+            for w in self.workloads.values()
+            if w.name in self.endpoints()
+        }
+
     def serving(self) -> Serving:
         return Serving(
             workloads=[
@@ -337,13 +377,13 @@ class Cluster:
         if self.fail_next_write:
             self.fail_next_write = False
             raise ApiError(f"{what}: the apiserver answered 500")
-        before = self.endpoints()
+        before, versions_before = self.endpoints(), self.versions()
         change()
         self.writes += 1
         after = self.endpoints()
         if before and not after and not self.declared_outage():
             self.violations.append(f"I1: {what} left the Service with no ready endpoint")
-        if len(after) > 1 and len(before) <= 1:
+        if len(self.versions()) > 1 and len(versions_before) <= 1:
             self.violations.append(f"I2: {what} made the Service route to {sorted(after)}")
 
     def update_selector(
@@ -424,6 +464,14 @@ class Cluster:
             )
         self.write(f"scale {name} to {replicas}", lambda: workload.scale(replicas))
 
+    def delete(self, name: str) -> None:
+        """A Deployment deleted (its pods stop with it)."""
+
+        def change() -> None:
+            del self.workloads[name]
+
+        self.write(f"delete Deployment {name}", change)
+
     def history(self) -> list[dict[str, Any]]:
         return history_entries(self.annotations)
 
@@ -457,6 +505,11 @@ class Handoff:
         self.outcome: str | None = None  # how the process ended
         self.run: HandoffRun | None = None
         self.started_new = False
+
+    @property
+    def cand(self) -> str:
+        """flows.render.candidate_name: the Deployment the candidate is gated in."""
+        return TWIN if self.spec.replaces_live and not self.in_place else CANDIDATE
 
     # --- plumbing ----------------------------------------------------------
     def _run(self, ledger: Ledger, pin: dict[str, str] | None) -> HandoffRun:
@@ -536,18 +589,20 @@ class Handoff:
                         )
                     )
         if run.reached(Phase.APPLIED) and not run.reached(Phase.RETIRED):
-            candidate = self.c.workloads.get(CANDIDATE)
+            candidate = self.c.workloads.get(self.cand)
             if candidate is None:
-                found.append(drift._deployment(CANDIDATE, "(the object)", "applied", "deleted"))
+                if drift._twin_removed_by_this_handoff(run, self.c.selector):
+                    return found
+                found.append(drift._deployment(self.cand, "(the object)", "applied", "deleted"))
                 return found
             ledger = run.ledger
             gated = ledger.candidate_template_sha256
             if gated and template_sha256(candidate.template()) != gated:
-                found.append(drift._deployment(CANDIDATE, "spec.template", "applied", "edited"))
+                found.append(drift._deployment(self.cand, "spec.template", "applied", "edited"))
             elif candidate.replicas not in drift.candidate_replicas(run):
                 found.append(
                     drift._deployment(
-                        CANDIDATE,
+                        self.cand,
                         "spec.replicas",
                         sorted(drift.candidate_replicas(run)),
                         candidate.replicas,
@@ -563,11 +618,10 @@ class Handoff:
         if resumed is not None and resumed.spec == self.spec.name:
             routing = Routing(route=Route.FORWARD, reason=f"resuming {resumed.handoff_id}")
             return routing, resumed.pin, resumed
-        candidate = c.workloads.get(CANDIDATE)
+        # Replacing the live Deployment, its own image is what a finished handoff left.
+        final = c.workloads[LIVE] if self.spec.replaces_live else c.workloads.get(CANDIDATE)
         rendered = (
-            compute_revision(self.spec, self.manifest, candidate.image)
-            if candidate is not None
-            else None
+            compute_revision(self.spec, self.manifest, final.image) if final is not None else None
         )
         routing = route(self.spec, c.serving(), candidate_revision=rendered)
         pin = None
@@ -585,7 +639,8 @@ class Handoff:
 
     def snapshot(self) -> Snapshot:
         c = self.c
-        candidate = c.workloads.get(CANDIDATE)
+        replaces = self.spec.replaces_live
+        candidate = None if replaces else c.workloads.get(CANDIDATE)
         live = c.workloads[LIVE].snapshot()
         return Snapshot(
             selector=dict(c.selector),
@@ -597,6 +652,7 @@ class Handoff:
                     resource_version=live.resource_version,
                     uid=live.uid,
                     generation=live.generation,
+                    spec=live.spec if replaces else None,
                 )
             ],
             candidate_existed=candidate is not None,
@@ -722,7 +778,9 @@ class Handoff:
             revision=revision,
             replicas=0,
             handoff_id=run.ledger.handoff_id,
+            twin=run.twin,
         )
+        name = body["metadata"]["name"]
         template = body["spec"]["template"]
         labels = dict(template["metadata"]["labels"])
         image_now = template["spec"]["containers"][0]["image"]
@@ -735,11 +793,11 @@ class Handoff:
             yield "old pods stopping"
 
         def change() -> None:
-            existing = self.c.workloads.get(CANDIDATE)
+            existing = self.c.workloads.get(name)
             if existing is None:
-                self.c.workloads[CANDIDATE] = Workload(
-                    name=CANDIDATE,
-                    uid="uid-cand",
+                self.c.workloads[name] = Workload(
+                    name=name,
+                    uid=f"uid-{name}",
                     replicas=0,
                     match=dict(body["spec"]["selector"]["matchLabels"]),
                     labels=labels,
@@ -758,7 +816,7 @@ class Handoff:
             live = self.c.workloads[LIVE]
             yield from self.wait("the old pods to stop", lambda: live.ready == 0)
             yield from self.advance(Phase.OLD_STOPPED)
-        applied = self.c.workloads[CANDIDATE]
+        applied = self.c.workloads[name]
         yield from self.advance(
             Phase.APPLIED,
             revision=revision,
@@ -771,7 +829,7 @@ class Handoff:
         revision = self.r.ledger.revision
 
         def ready() -> bool:
-            candidate = self.c.workloads.get(CANDIDATE)
+            candidate = self.c.workloads.get(self.cand)
             return (
                 candidate is not None
                 and candidate.labels.get(REVISION_LABEL) == revision
@@ -784,7 +842,7 @@ class Handoff:
         if self.r.reached(Phase.WARM):
             return
         preview = self.spec.candidate.preview_replicas
-        self.c.scale(CANDIDATE, preview, expected=drift.candidate_replicas(self.r))
+        self.c.scale(self.cand, preview, expected=drift.candidate_replicas(self.r))
         yield "scaled to preview"
         yield from self.wait("the candidate's preview pods", self._candidate_ready(preview))
         yield from self.advance(Phase.WARM)
@@ -835,7 +893,7 @@ class Handoff:
         """flows.tasks.scale_up_and_retire with flows/scale.py (scale-up first)."""
         run = self.r
         self.check()
-        if not run.reached(Phase.SCALED):
+        if not run.reached(Phase.SCALED) and not run.twin:  # a twin stays at its preview
             target = self.spec.candidate.replicas
             self.c.scale(CANDIDATE, target, expected=drift.candidate_replicas(self.r))
             yield "scaled up"
@@ -844,14 +902,55 @@ class Handoff:
         self.check()
         if not run.reached(Phase.RETIRED):
             yield from self.bake()
-            # HEAD's retire: the Service must route to the candidate alone first.
-            yield from self.verify(target_selector(run))
-            self.c.scale(LIVE, 0, expected=run.recorded_replicas(LIVE))
-            yield "retired"
+            self.check()
+            if run.twin:
+                yield from self._rewrite_live_and_remove_twin()
+            else:
+                # The Service must route to the candidate alone first.
+                yield from self.verify(target_selector(run))
+                self.c.scale(LIVE, 0, expected=run.recorded_replicas(LIVE))
+                yield "retired"
             yield from self.advance(Phase.RETIRED)
-        # flows.tasks.scale_up_and_retire: done only once the Service is seen serving.
-        yield from self.verify(target_selector(run))
+        # flows.tasks.retire: done only once the Service is seen serving.
+        serves = target_selector(run)
+        yield from self.verify(live_only_selector(run, serves) if run.twin else serves)
         yield from self.advance(Phase.DONE)
+
+    def _rewrite_live_and_remove_twin(self) -> Steps:
+        """flows.scale._rewrite_live_and_remove_twin: the live Deployment takes the
+        candidate's spec and count; the Service narrows to its pods; the twin goes."""
+        run, c = self.r, self.c
+        body = render_candidate(
+            self.spec,
+            self.manifest,
+            pinned=run.ledger.image,
+            revision=run.ledger.revision or "",
+            replicas=self.spec.candidate.replicas,
+            handoff_id=run.ledger.handoff_id,
+        )
+        template = body["spec"]["template"]
+        labels = dict(template["metadata"]["labels"])
+        live = c.workloads[LIVE]
+
+        def change() -> None:
+            live.set_template(labels, template["spec"]["containers"][0]["image"])
+            live.scale(body["spec"]["replicas"])
+            live.handoff_id = run.ledger.handoff_id
+
+        c.write("apply the candidate's spec to the live Deployment", change)
+        yield "live rewritten"
+        yield from self.wait(
+            "the live Deployment rolled out",
+            lambda: live.labels == labels and live.ready >= live.replicas,
+        )
+        target = target_selector(run)
+        yield from self.point_service(live_only_selector(run, target), came_from=[target])
+        twin = c.workloads.get(TWIN)
+        if twin is not None:
+            if twin.handoff_id != run.ledger.handoff_id:
+                raise WorkloadReplaced(f"Deployment {TWIN} is not this handoff's")
+            c.delete(TWIN)
+            yield "twin deleted"
 
     def bake(self) -> Steps:
         """flows/bake.py, side by side: the old pods stay Ready, serving nothing, while
@@ -914,7 +1013,7 @@ class Handoff:
             yield f"rolling back from {was}"
         problems: list[str] = []
         kept = set(ledger.edited)
-        candidate = f"Deployment {CANDIDATE}"
+        candidate = f"Deployment {self.cand}"
 
         def noted(part: Callable[[], Steps]) -> Steps:
             try:
@@ -933,9 +1032,17 @@ class Handoff:
             yield from noted(candidate_first)
         elif candidate not in kept:
             yield from noted(lambda: self._candidate_to_preview(ledger))
+        if f"Service {SERVICE}" not in kept:
+            try:
+                ledger = yield from self._back_through_twin(ledger, problems)
+            except RestoreNotReady:
+                raise
+            except HandoffError as exc:
+                problems.append(str(exc))
+            kept = set(ledger.edited)
         for workload in ledger.snapshot.workloads:
             if f"Deployment {workload.name}" not in kept:
-                yield from noted(partial(self._restore_workload, workload, problems))
+                yield from noted(partial(self._restore_workload, ledger, workload, problems))
         if f"Service {SERVICE}" in kept:
 
             def keep_service() -> Steps:
@@ -954,6 +1061,8 @@ class Handoff:
         yield "rolled back"
 
     def _candidate_to_preview(self, ledger: Ledger) -> Steps:
+        if self.spec.replaces_live:
+            return
         retired = any(
             self.c.workloads[w.name].replicas < w.replicas for w in ledger.snapshot.workloads
         )
@@ -963,9 +1072,73 @@ class Handoff:
             self.c.scale(CANDIDATE, preview)
             yield "candidate to preview"
 
-    def _restore_workload(self, workload: WorkloadSnapshot, problems: list[str]) -> Steps:
+    def _rewritten(self, ledger: Ledger, workload: WorkloadSnapshot) -> bool:
+        """rollback._rewritten: the live spec is this handoff's, not the recorded one."""
         current = self.c.workloads[workload.name]
-        if current.replicas != workload.replicas:
+        return (
+            workload.spec is not None
+            and current.snapshot().spec != workload.spec
+            and current.handoff_id == ledger.handoff_id
+        )
+
+    def _back_through_twin(
+        self, ledger: Ledger, problems: list[str]
+    ) -> Generator[str, None, Ledger]:
+        """rollback._back_through_twin: the recorded spec runs as the twin, the Service
+        moves to it, and only then is the live Deployment, serving nothing, restored."""
+        [workload] = ledger.snapshot.workloads
+        live = self.c.workloads[LIVE]
+        if not (self.r.twin and self._rewritten(ledger, workload) and workload.spec):
+            return ledger
+        if not (live.ready and matches(self.c.selector, live.pod_labels())):
+            return ledger
+        template = workload.spec["template"]
+        labels = {**template["metadata"]["labels"], WORKLOAD_LABEL: TWIN}
+        image = template["spec"]["containers"][0]["image"]
+        preview = self.spec.candidate.preview_replicas
+
+        def change() -> None:
+            twin = self.c.workloads.setdefault(
+                TWIN,
+                Workload(
+                    name=TWIN,
+                    uid="uid-twin-back",
+                    replicas=0,
+                    match={**LIVE_SELECTOR, WORKLOAD_LABEL: TWIN},
+                    labels=labels,
+                    image=image,
+                    template_hash="back1",
+                ),
+            )
+            twin.set_template(labels, image)
+            twin.scale(preview)
+            twin.handoff_id = ledger.handoff_id
+
+        self.c.write("the recorded spec as the twin", change)
+        yield "previous version as twin"
+        twin = self.c.workloads[TWIN]
+        try:
+            yield from self.wait("the previous version's twin", lambda: twin.ready >= preview)
+        except WaitTimedOut as exc:
+            problems.append(f"the previous version did not become ready as {TWIN}: {exc}")
+            yield from self._undo_candidate(ledger)
+            return ledger
+        target = {**ledger.snapshot.selector, WORKLOAD_LABEL: TWIN}
+        ledger, _ = yield from self._move_or_leave(ledger, target)
+        return ledger
+
+    def _restore_workload(
+        self, ledger: Ledger, workload: WorkloadSnapshot, problems: list[str]
+    ) -> Steps:
+        current = self.c.workloads[workload.name]
+        recorded = workload.spec
+        if recorded is not None and current.snapshot().spec != recorded:
+            if not self._rewritten(ledger, workload):
+                problems.append(f"Deployment {workload.name}: a person's spec, left")
+                return
+            self.c.write(f"put back {workload.name}'s spec", partial(current.put_spec, recorded))
+            yield f"put back {workload.name}"
+        elif current.replicas != workload.replicas:
             self.c.scale(workload.name, workload.replicas, expected=restorable_from(workload))
             yield f"restored {workload.name}"
         try:
@@ -976,11 +1149,13 @@ class Handoff:
             problems.append(str(exc))
 
     def _candidate_stopped(self) -> bool:
-        candidate = self.c.workloads.get(CANDIDATE)
+        candidate = self.c.workloads.get(self.cand)
         return candidate is None or candidate.ready == 0
 
     def _routes_to_candidate(self) -> bool:
-        candidate = self.c.workloads.get(CANDIDATE)
+        if self.spec.replaces_live and not self.r.twin:
+            return False
+        candidate = self.c.workloads.get(self.cand)
         return (
             candidate is not None
             and bool(candidate.replicas)
@@ -988,10 +1163,16 @@ class Handoff:
         )
 
     def _undo_candidate(self, ledger: Ledger) -> Steps:
-        candidate = self.c.workloads.get(CANDIDATE)
+        """A twin is deleted (if it is this handoff's); a candidate goes back to its count."""
+        candidate = self.c.workloads.get(self.cand)
+        if self.r.twin:
+            if candidate is not None and candidate.handoff_id == ledger.handoff_id:
+                self.c.delete(TWIN)
+                yield "twin deleted"
+            return
         want = ledger.snapshot.candidate_replicas
         if candidate is not None and candidate.replicas != want:
-            self.c.scale(CANDIDATE, want)
+            self.c.scale(self.cand, want)
             yield "candidate undone"
 
     def _left(self, ledger: Ledger, objects: list[str]) -> Ledger:
@@ -1035,9 +1216,9 @@ class Handoff:
         return found if found.phase is Phase.ROLLING_BACK else ledger
 
     def _cand_matches(self, ledger: Ledger) -> bool:
-        candidate = self.c.workloads.get(CANDIDATE)
+        candidate = self.c.workloads.get(self.cand)
         return any(
-            owned_by_deployment(p, CANDIDATE) and matches(ledger.snapshot.selector, p.labels)
+            owned_by_deployment(p, self.cand) and matches(ledger.snapshot.selector, p.labels)
             for p in (candidate.pods() if candidate else [])
         )
 

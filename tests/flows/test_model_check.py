@@ -12,7 +12,8 @@ step's own write meets ReplicasEdited). After every rule:
   endpoints then has some now; no write of the handoff ever takes the last one away. In
   place (a third of the machines) the declared outage is the exception: from its start on
   the ledger until the swap, and through a rollback that stops the candidate first.
-- I2: endpoints never lead to two Deployments (no person-made selector does either).
+- I2: endpoints never lead to two versions (no person-made selector does either); a twin's
+  pods and the live Deployment's rewritten with the same revision are one.
 - I3: a handoff that ends (done or rolled back) leaves the Service routing to ready pods.
 - I4: a rerun of a done handoff changes nothing but its history entry.
 - I5: the handoff never writes over a selector a person set, nor over a count a person set
@@ -45,6 +46,7 @@ from tests.flows.cluster_model import (
     LIVE_REPLICASET,
     SERVICE,
     STABLE,
+    TWIN,
     Cluster,
     Handoff,
     Steps,
@@ -53,7 +55,6 @@ from tests.flows.cluster_model import (
     make_spec,
 )
 
-SPEC = make_spec()
 RUN_TO_END = 400  # yields: far more than a whole handoff and its rollback take
 RARE = st.integers(0, 3)  # a disruption happens when this draws 0
 
@@ -72,20 +73,30 @@ class HandoffMachine(RuleBasedStateMachine):
         self.shared = False
         self.bake_looks = 0
         self.in_place = False
+        self.spec = make_spec()
 
     @initialize(
         shared=st.booleans(),
         bake_looks=st.sampled_from([0, 0, 3]),
-        in_place=st.sampled_from([False, False, True]),
+        layout=st.sampled_from(["side by side", "side by side", "in place", "twin"]),
     )
-    def setup(self, shared: bool, bake_looks: int = 0, in_place: bool = False) -> None:
+    def setup(self, shared: bool, bake_looks: int = 0, layout: str = "side by side") -> None:
         """Candidate pods that would match the live selector (the plan pins it) or not;
-        a bake of so many looks before the retirement, or none; side by side, or in place
-        (the old pods stop at the apply, a declared outage until the swap)."""
-        self.manifest = make_manifest(shared)
+        a bake of so many looks before the retirement, or none; side by side, in place
+        (the old pods stop at the apply, a declared outage until the swap), or a new spec
+        of the live Deployment itself, gated in a twin beside it (its pods match the live
+        selector), which then rewrites the live Deployment and is removed."""
+        twin = layout == "twin"
+        self.spec = make_spec(twin=twin)
+        self.manifest = make_manifest(shared, twin=twin)
         self.shared = shared
         self.bake_looks = bake_looks
-        self.in_place = in_place
+        self.in_place = layout == "in place"
+
+    @property
+    def cand(self) -> str:
+        """The Deployment the candidate is gated in."""
+        return TWIN if self.spec.replaces_live else CANDIDATE
 
     # --- the handoff ---------------------------------------------------------
     def _next(self) -> None:
@@ -112,7 +123,7 @@ class HandoffMachine(RuleBasedStateMachine):
     def start_a_run(self) -> None:
         """`handoff run SPEC`: a first run, a resume, or a rerun after done / rolled back."""
         self.runs += 1
-        self.handoff = Handoff(self.c, SPEC, self.manifest, f"run-{self.runs}")
+        self.handoff = Handoff(self.c, self.spec, self.manifest, f"run-{self.runs}")
         self.handoff.bake_looks = self.bake_looks
         self.handoff.in_place = self.in_place
         self.proc = self.handoff.steps()
@@ -187,11 +198,11 @@ class HandoffMachine(RuleBasedStateMachine):
                 w.ready += 1
         self.trace.append("tick")
 
-    @precondition(lambda self: CANDIDATE in self.c.workloads)
+    @precondition(lambda self: self.cand in self.c.workloads)
     @rule(rare=RARE)
     def candidate_never_ready(self, rare: int) -> None:
         if not rare:
-            self.c.workloads[CANDIDATE].can_ready = False
+            self.c.workloads[self.cand].can_ready = False
 
     @precondition(lambda self: self.c.ledger() is not None)
     @rule(rare=RARE)
@@ -242,18 +253,19 @@ class HandoffMachine(RuleBasedStateMachine):
             self.handoff.skip_next_check = True
         self._person(f"selector {to}")
 
-    @precondition(lambda self: CANDIDATE in self.c.workloads)
+    @precondition(lambda self: self.cand in self.c.workloads)
     @rule(
-        name=st.sampled_from([CANDIDATE, LIVE]),
+        which=st.sampled_from(["candidate", "live"]),
         replicas=st.integers(0, 3),
         right_after_check=st.booleans(),
         rare=RARE,
     )
-    def person_scales(self, name: str, replicas: int, right_after_check: bool, rare: int) -> None:
+    def person_scales(self, which: str, replicas: int, right_after_check: bool, rare: int) -> None:
         """`kubectl scale`; with right_after_check, between a step's drift check and its
         write, which then meets ReplicasEdited."""
         if rare:
             return
+        name = self.cand if which == "candidate" else LIVE
         workload = self.c.workloads[name]
         if workload.replicas == replicas:
             return
@@ -263,19 +275,19 @@ class HandoffMachine(RuleBasedStateMachine):
             self.handoff.skip_next_check = True
         self._person(f"scale {name} to {replicas}")
 
-    @precondition(lambda self: CANDIDATE in self.c.workloads)
+    @precondition(lambda self: self.cand in self.c.workloads)
     @rule(rare=RARE)
     def person_sets_candidate_image(self, rare: int) -> None:
         """`kubectl set image`: the revision label stays; a rolling update keeps the
         ready count."""
         if rare:
             return
-        candidate = self.c.workloads[CANDIDATE]
+        candidate = self.c.workloads[self.cand]
         if candidate.image != EDITED_IMAGE:
             candidate.image = EDITED_IMAGE
             candidate.generation += 1
-            candidate.template_hash = f"{candidate.name}h{candidate.generation}"
-            self._person(f"set image of {CANDIDATE}")
+            candidate.template_hash = candidate.hash_of(candidate.generation)
+            self._person(f"set image of {self.cand}")
 
     @rule(right_after_check=st.booleans(), rare=RARE)
     def person_restarts_live(self, right_after_check: bool, rare: int) -> None:
@@ -308,7 +320,7 @@ class HandoffMachine(RuleBasedStateMachine):
         before = self.c.state()
         entries = len(self.c.history())
         self.runs += 1
-        handoff = Handoff(self.c, SPEC, self.manifest, f"run-{self.runs}")
+        handoff = Handoff(self.c, self.spec, self.manifest, f"run-{self.runs}")
         proc = handoff.steps()
         for _ in range(RUN_TO_END):
             try:
@@ -341,7 +353,8 @@ class HandoffMachine(RuleBasedStateMachine):
         endpoints = self.c.endpoints()
         if ledger.snapshot.serving and not self.c.declared_outage():
             assert endpoints, ("I1: no ready endpoint", ledger.phase, self.trace[-40:])
-        assert len(endpoints) <= 1, ("I2: two workloads", endpoints, self.trace[-40:])
+        versions = self.c.versions()
+        assert len(versions) <= 1, ("I2: two versions", versions, self.trace[-40:])
 
     @invariant()
     def an_ended_handoff_routes_to_ready_pods(self) -> None:
@@ -464,7 +477,7 @@ def test_a_count_a_person_sets_on_the_live_workload_during_the_rollback_is_left(
     m.candidate_never_ready(rare=0)
     m.wait_times_out()
     assert m.trace[-1] == "rolling back from applied", m.trace[-5:]
-    m.person_scales(name=LIVE, replicas=3, right_after_check=False, rare=0)
+    m.person_scales(which="live", replicas=3, right_after_check=False, rare=0)
     _until(m, "rolled back")
     assert m.c.workloads[LIVE].replicas == 3, "the rollback overwrote the person's count"
     assert not m.c.violations, m.c.violations
@@ -578,7 +591,7 @@ def test_in_place_the_service_is_empty_only_inside_the_declared_outage() -> None
     ledger: the Service has no ready endpoint from then until the swap, and only then;
     the run ends done on the candidate, and a rerun changes nothing."""
     m = HandoffMachine()
-    m.setup(shared=False, in_place=True)
+    m.setup(shared=False, layout="in place")
     m.start_a_run()
     empty_phases: set[Phase] = set()
     for _ in range(200):
@@ -602,7 +615,7 @@ def test_in_place_a_failed_gate_stops_the_candidate_before_the_old_pods_return()
     """The gates fail in place: the rollback stops the candidate first (it holds the
     GPUs), brings the old pods back and ends with them serving."""
     m = HandoffMachine()
-    m.setup(shared=False, in_place=True)
+    m.setup(shared=False, layout="in place")
     m.start_a_run()
     m.gates_fail(rare=0)
     _until(m, "rolled back")
@@ -616,7 +629,7 @@ def test_in_place_a_live_workload_that_cannot_return_is_not_called_rolled_back()
     the handoff stays rolling-back (RestoreNotReady) rather than end `rolled-back` as if
     the Service were whole again; once the old pods can serve, the next run finishes."""
     m = HandoffMachine()
-    m.setup(shared=False, in_place=True)
+    m.setup(shared=False, layout="in place")
     m.start_a_run()
     m.gates_fail(rare=0)
     m.live_never_ready(rare=0)
@@ -644,7 +657,7 @@ def test_in_place_a_bake_breach_is_reported_and_the_candidate_keeps_serving() ->
     """In place the old pods stopped before the candidate started: a breach of the bake
     has nothing warm to go back to, so it is reported only and the handoff ends done."""
     m = HandoffMachine()
-    m.setup(shared=False, bake_looks=3, in_place=True)
+    m.setup(shared=False, bake_looks=3, layout="in place")
     m.start_a_run()
     _until(m, "baking")
     m.bake_breaches(rare=0)
@@ -652,3 +665,59 @@ def test_in_place_a_bake_breach_is_reported_and_the_candidate_keeps_serving() ->
     assert "bake breached: reported only" in m.trace, m.trace[-10:]
     assert not m.c.violations, m.c.violations
     assert set(m.c.endpoints()) == {CANDIDATE}, m.c.endpoints()
+
+
+def test_a_twin_rollback_after_the_retirement_goes_back_through_a_twin() -> None:
+    """Through a twin: the live Deployment has taken the candidate's spec, the Service
+    selects its pods alone and the twin is gone; then the `done` write fails. Its
+    recorded spec put back in place (Recreate) would stop the only pods that serve: the
+    previous version runs as the twin first, the Service moves to it, the live Deployment
+    is restored serving nothing, and the Service ends on its pods, never empty."""
+    m = HandoffMachine()
+    m.setup(shared=False, layout="twin")
+    m.start_a_run()
+    _until(m, "ledger retired")
+    assert TWIN not in m.c.workloads, m.trace[-10:]
+    m.c.fail_next_write = True  # `done` fails: the rollback begins
+    _until(m, "rolled back")
+    assert not m.c.violations, m.c.violations
+    ledger = m.c.ledger()
+    assert ledger is not None and ledger.phase is Phase.ROLLED_BACK, m.trace[-10:]
+    live = m.c.workloads[LIVE]
+    assert live.image == "r.invalid/old:v0" and m.c.endpoints() == {LIVE: 2}, m.c.endpoints()
+
+
+def test_a_live_deployment_a_person_restarts_during_a_twin_rollback_is_left() -> None:
+    """The twin's warm-up times out; during the rollback a person restarts the live
+    Deployment (its spec now differs from the recorded one) and points the Service at
+    its pods. The rollback puts back only a spec this handoff wrote: the restart stays,
+    and so do the Service's endpoints."""
+    m = HandoffMachine()
+    m.setup(shared=False, layout="twin")
+    m.start_a_run()
+    _until(m, "wait the candidate's preview pods")
+    m.candidate_never_ready(rare=0)
+    m.wait_times_out()
+    m.person_restarts_live(right_after_check=False, rare=0)
+    m.person_edits_selector(to=STABLE, right_after_check=False, rare=0)
+    _until(m, "rolled back")
+    assert not m.c.violations, m.c.violations
+    assert m.c.workloads[LIVE].restarts == 1, "the rollback undid the person's restart"
+
+
+def test_a_rollback_keeps_a_twin_a_person_points_the_service_at() -> None:
+    """The twin's gates fail; as the rollback begins, a person points the Service at the
+    twin's pods. The rollback leaves that selector, and does not delete the twin it
+    routes to (which would leave the Service with no endpoint)."""
+    m = HandoffMachine()
+    m.setup(shared=False, layout="twin")
+    m.start_a_run()
+    _until(m, "ledger warm")
+    assert m.handoff is not None
+    m.handoff.gates_fail = True
+    _until(m, "rolling back from warm")
+    m.person_edits_selector(to=CANARY, right_after_check=False, rare=0)
+    assert m.c.selector == CANARY, "the person's edit did not land"
+    _until(m, "rolled back")
+    assert not m.c.violations, m.c.violations
+    assert TWIN in m.c.workloads and m.c.endpoints() == {TWIN: 1}, m.c.endpoints()
