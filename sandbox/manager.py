@@ -36,13 +36,15 @@ def up(
     cluster_file: Path = DEFAULT_CLUSTER_FILE,
     extra_args: dict[str, list[str]] | None = None,
     prefect_auth: bool = True,
+    prefect_pair: str | None = None,
 ) -> tuple[SandboxState, bool]:
     """Ensure a sandbox runs in run_dir; return (state, started_now).
 
     attach: run the simulated nodes, proxy, registry and Prefect against the
     control plane of this kubeconfig instead of starting one. extra_args adds
     command-line flags per control-plane component name. prefect_auth: the Prefect
-    server requires the sandbox's credentials (prefect_server.protect); off, it is open.
+    server requires the sandbox's credentials (prefect_server.protect: `prefect_pair`,
+    else made at random); off, it is open.
     """
     with locked(run_dir):
         state = read_state(run_dir)
@@ -52,7 +54,7 @@ def up(
             _stop_all(state)
         _clean(run_dir)
         if prefect_auth:
-            prefect_server.protect(run_dir)
+            prefect_server.protect(run_dir, prefect_pair)
         state = _attached(run_dir, attach) if attach else _own_control_plane(run_dir, extra_args)
         try:
             _start_components(state, cluster_file)

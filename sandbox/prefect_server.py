@@ -10,6 +10,7 @@ on the machine who reaches an open Prefect could start handoffs.
 
 from __future__ import annotations
 
+import base64
 import os
 import secrets
 import sys
@@ -33,19 +34,27 @@ def auth_file(run_dir: Path) -> Path:
     return run_dir / "prefect-auth"
 
 
-def protect(run_dir: Path) -> None:
-    """Make this sandbox's Prefect credentials (a random `handoff:<password>`, mode 0600);
-    every later spawn in run_dir starts the server requiring them."""
-    password = secrets.token_urlsafe(24)
+def protect(run_dir: Path, pair: str | None = None) -> None:
+    """Make this sandbox's Prefect credentials (`pair`, else a random
+    `handoff:<password>`; mode 0600); every later spawn in run_dir starts the server
+    requiring them."""
+    pair = pair or f"handoff:{secrets.token_urlsafe(24)}"
     fd = os.open(auth_file(run_dir), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as handle:
-        handle.write(f"handoff:{password}\n")
+        handle.write(f"{pair}\n")
 
 
 def auth_string(run_dir: Path) -> str | None:
     """The sandbox's `user:password`, or None when its Prefect is open."""
     path = auth_file(run_dir)
     return path.read_text().strip() if path.is_file() else None
+
+
+def basic_auth(auth_string: str | None) -> dict[str, str]:
+    """The Authorization header Prefect's clients send for a `user:password` (none: {})."""
+    if not auth_string:
+        return {}
+    return {"Authorization": "Basic " + base64.b64encode(auth_string.encode()).decode()}
 
 
 def client_env(run_dir: Path, api_url: str) -> dict[str, str]:

@@ -17,6 +17,11 @@ if TYPE_CHECKING:
 
 os.environ.setdefault("DO_NOT_TRACK", "1")
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+# The suite's Prefect servers require credentials, as a deployment's must: one pair per
+# test process, set before Prefect reads its settings, so that every client here and
+# every process a test starts carries it (the sandbox's and the shared server require it).
+os.environ.setdefault("PREFECT_API_AUTH_STRING", "handoff:" + uuid.uuid4().hex)
+PREFECT_PAIR = os.environ["PREFECT_API_AUTH_STRING"]
 
 
 SPARE_NODE = "worker-2"
@@ -76,10 +81,10 @@ def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SandboxState]:
     # Each pytest-xdist worker brings up a sandbox of its own.
     worker = os.environ.get("PYTEST_XDIST_WORKER", "")
     run_dir = Path(chosen) / worker if chosen else tmp_path_factory.mktemp("sandbox")
-    # Its Prefect is open: the suite's clients read it directly. The credentials the
-    # sandbox makes are tested in tests/handoff/test_prefect_credentials.py.
+    # Its Prefect requires the suite's credentials (the ones the sandbox makes by itself
+    # are tested in tests/handoff/test_prefect_credentials.py).
     state, _ = manager.up(
-        run_dir, cluster_file=_test_cluster_file(run_dir.parent), prefect_auth=False
+        run_dir, cluster_file=_test_cluster_file(run_dir.parent), prefect_pair=PREFECT_PAIR
     )
     api = config.new_client_from_config(config_file=str(state.kubeconfig))
     set_cordoned(api, SPARE_NODE, True)
@@ -148,10 +153,22 @@ def _wait_default_service_account(core, namespace: str) -> None:  # type: ignore
 def prefect(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> PrefectServer:
-    """One open Prefect server for the session (the relay, flow and UI tests')."""
+    """One Prefect server for the session (the relay, flow and UI tests'), requiring the
+    suite's credentials (PREFECT_API_AUTH_STRING)."""
     from tests.webhook.servers import shared_prefect
 
     return shared_prefect(request, tmp_path_factory.mktemp("prefect"))
+
+
+@pytest.fixture(scope="session")
+def open_prefect(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrefectServer]:
+    """A Prefect server without authentication, for what must refuse one."""
+    from sandbox import procs
+    from tests.webhook.servers import start_prefect
+
+    server = start_prefect(tmp_path_factory.mktemp("prefect-open"))
+    yield server
+    procs.stop(server.process)
 
 
 @pytest.fixture(scope="session")

@@ -24,6 +24,7 @@ from kubernetes import client
 
 from flows.kube.client import Kube, connect
 from flows.spec import HandoffSpec, load_spec
+from sandbox import prefect_server
 from sandbox.publisher import publish
 from sandbox.seed import (
     ORG,
@@ -304,6 +305,7 @@ def _artifacts(sandbox: SandboxState, flow_run_id: str, kind: str) -> list[dict[
     response = httpx.post(
         f"{sandbox.prefect_api_url}/artifacts/filter",
         json={"artifacts": {"flow_run_id": {"any_": [flow_run_id]}, "type": {"any_": [kind]}}},
+        headers=prefect_server.basic_auth(prefect_server.auth_string(sandbox.run_dir)),
         timeout=30,
         trust_env=False,
     )

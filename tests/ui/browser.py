@@ -3,6 +3,7 @@ open a paused flow run, fill the approval form, submit."""
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -34,19 +35,33 @@ def chromium() -> Iterator[Browser]:
             browser.close()
 
 
+def signed_in_page(
+    browser: Browser, auth_string: str | None, viewport: dict[str, int] | None = None
+) -> Page:
+    """A page of the Prefect UI, signed in where its server requires credentials as the
+    UI's login form signs in: the `user:password` it was given, base64, in localStorage
+    (`prefect-password`), which the UI sends as Basic authorization."""
+    page = browser.new_page(viewport=viewport or {"width": 1400, "height": 1000})
+    page.set_default_timeout(TIMEOUT_MS)
+    if auth_string:
+        token = base64.b64encode(auth_string.encode()).decode()
+        page.add_init_script(f"window.localStorage.setItem('prefect-password', '{token}')")
+    return page
+
+
 def approve_in_ui(
     browser: Browser,
     run_url: str,
     *,
+    auth_string: str | None,
     approver: str,
     decision: str,
     reason: str,
     screenshot: str,
 ) -> Path:
-    """Answer the paused run's form as a person would; return the screenshot's path
-    (taken with the form filled in, just before Submit)."""
-    page = browser.new_page(viewport={"width": 1400, "height": 1000})
-    page.set_default_timeout(TIMEOUT_MS)
+    """Answer the paused run's form as a person would, signed in with auth_string;
+    return the screenshot's path (taken with the form filled in, just before Submit)."""
+    page = signed_in_page(browser, auth_string)
     try:
         page.goto(run_url)
         page.get_by_role("button", name="Resume").click()

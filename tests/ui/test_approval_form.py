@@ -47,6 +47,7 @@ def test_the_approval_form_in_the_ui_resumes_the_flow(
             shot = approve_in_ui(
                 browser,
                 f"{prefect.ui_url}/runs/flow-run/{run.id}",
+                auth_string=prefect.auth_string,
                 approver="Ada Lovelace",
                 decision=decision,
                 reason=f"{decision}: evidence abc123 reviewed",

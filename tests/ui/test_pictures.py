@@ -16,16 +16,17 @@ import httpx
 
 from gates.parity.golden_format import Golden
 from tests.gates.conftest import FAST, HALF_TIME, StartServer
-from tests.ui.browser import ARTIFACTS, TIMEOUT_MS, chromium
+from tests.ui.browser import ARTIFACTS, chromium, signed_in_page
 from tests.webhook.servers import PrefectServer
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _artifact_id(api_url: str, key: str) -> str:
+def _artifact_id(prefect: PrefectServer, key: str) -> str:
     found = httpx.post(
-        f"{api_url}/artifacts/filter",
+        f"{prefect.api_url}/artifacts/filter",
         json={"artifacts": {"key": {"any_": [key]}}, "limit": 1},
+        headers=prefect.headers,
         timeout=30,
     )
     found.raise_for_status()
@@ -66,12 +67,11 @@ def test_gate_and_timeline_pictures_render_in_the_prefect_ui(
         timeout=240,
     )
     assert published.returncode == 0, published.stdout[-2000:] + published.stderr[-2000:]
-    artifacts = {key: _artifact_id(prefect.api_url, f"{key}-{service}") for key, *_ in PICTURES}
+    artifacts = {key: _artifact_id(prefect, f"{key}-{service}") for key, *_ in PICTURES}
 
     with chromium() as browser:
         for key, alt, size, screenshot in PICTURES:
-            page = browser.new_page(viewport=VIEWPORT)
-            page.set_default_timeout(TIMEOUT_MS)
+            page = signed_in_page(browser, prefect.auth_string, VIEWPORT)
             page.goto(f"{prefect.ui_url}/artifacts/artifact/{artifacts[key]}")
             picture = page.locator(f'img[alt="{alt}"]')
             picture.wait_for(state="visible")

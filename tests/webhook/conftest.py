@@ -32,7 +32,6 @@ def settings(prefect: PrefectServer, spec_repo: SpecRepo, tmp_path: Path) -> Rel
         max_body_bytes=64 * 1024,
         clone_url=str(bare_remote(spec_repo)),
         repository=REPOSITORY,
-        insecure_prefect=True,  # the tests' Prefect server has no authentication
         max_backoff_s=0.5,
     )
 

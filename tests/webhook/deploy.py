@@ -56,7 +56,8 @@ def prefect_cli(api_url: str, *args: str, env: dict[str, str] | None = None) -> 
 
 def deploy_all(api_url: str, repository: Path, *, auth: str | None = None) -> str:
     """Create the work pools and deploy prefect.yaml (auth: the `user:password` the
-    server requires, if any); the process deployment's id."""
+    server requires, else the suite's); the process deployment's id."""
+    auth = auth or os.environ.get("PREFECT_API_AUTH_STRING")
     env = {"PREFECT_API_AUTH_STRING": auth} if auth else {}
     existing = prefect_cli(api_url, "work-pool", "ls", env=env)
     for pool, kind in POOLS.items():
@@ -83,6 +84,7 @@ def remove_deployments(api_url: str, *, auth: str | None = None) -> None:
     test's teardown after minutes of runs on a loaded server, every step is idempotent,
     and a reset connection here left the test's deployments behind for the next."""
     limits = httpx.Limits(max_keepalive_connections=0)
+    auth = auth or os.environ.get("PREFECT_API_AUTH_STRING")
     with httpx.Client(headers=basic_auth(auth), timeout=30, limits=limits) as http:
 
         def call(method: str, path: str, **kwargs: Any) -> httpx.Response:

@@ -6,7 +6,6 @@ address so a browser can use it) and the relay app served by uvicorn in a thread
 
 from __future__ import annotations
 
-import base64
 import os
 import socket
 import sys
@@ -25,6 +24,7 @@ from pydantic import BaseModel
 from flows.webhook.app import RelaySettings
 from flows.webhook.server import server_config
 from sandbox import prefect_server, procs
+from sandbox.prefect_server import basic_auth
 
 
 class PrefectServer(BaseModel):
@@ -40,20 +40,18 @@ class PrefectServer(BaseModel):
         return basic_auth(self.auth_string)
 
 
-def basic_auth(auth_string: str | None) -> dict[str, str]:
-    """The Authorization header Prefect's clients send for a `user:password` (none: {})."""
-    if not auth_string:
-        return {}
-    return {"Authorization": "Basic " + base64.b64encode(auth_string.encode()).decode()}
-
-
 def start_prefect(
-    run_dir: Path, *, protected: bool = False, lease_storage: str = prefect_server.LEASE_STORAGE
+    run_dir: Path,
+    *,
+    protected: bool = False,
+    pair: str | None = None,
+    lease_storage: str = prefect_server.LEASE_STORAGE,
 ) -> PrefectServer:
-    """The Prefect server as the sandbox starts it; protected: requiring the credentials
-    made for run_dir, as `handoff sandbox up` does; lease_storage: as prefect_server.spawn."""
+    """The Prefect server as the sandbox starts it; protected: requiring credentials
+    (`pair`, else made for run_dir, as `handoff sandbox up` does); lease_storage: as
+    prefect_server.spawn."""
     if protected:
-        prefect_server.protect(run_dir)
+        prefect_server.protect(run_dir, pair)
     record, api = prefect_server.spawn(run_dir, lease_storage=lease_storage)
     try:
         prefect_server.wait_healthy(record, api)
@@ -74,7 +72,9 @@ _shared: PrefectServer | None = None
 
 def shared_prefect(request: pytest.FixtureRequest, base: Path) -> PrefectServer:
     """One Prefect server for the whole test session, whichever directory asks first;
-    stopped when the session ends. With $HANDOFF_TEST_PREFECT_API_URL, that server."""
+    stopped when the session ends; it requires the suite's credentials
+    ($PREFECT_API_AUTH_STRING, tests/conftest.py). With $HANDOFF_TEST_PREFECT_API_URL,
+    that server."""
     global _shared
     attach = os.environ.get("HANDOFF_TEST_PREFECT_API_URL")
     if attach:  # a server the tests did not start (kept warm between runs)
@@ -83,9 +83,12 @@ def shared_prefect(request: pytest.FixtureRequest, base: Path) -> PrefectServer:
             ui_url=attach.removesuffix("/api"),
             home=base,
             process=procs.ProcessRecord(name="attached", pid=0, start_ticks=0, log=base / "-"),
+            auth_string=os.environ.get("PREFECT_API_AUTH_STRING"),
         )
     if _shared is None or not procs.is_alive(_shared.process):
-        _shared = start_prefect(base)
+        _shared = start_prefect(
+            base, protected=True, pair=os.environ.get("PREFECT_API_AUTH_STRING")
+        )
         record = _shared.process
         request.config.add_cleanup(lambda: procs.stop(record))
     return _shared
@@ -119,11 +122,12 @@ def start_relay_process(
     state_dir: Path,
     log: Path,
     options: tuple[str, ...] = (),
-    insecure: bool = True,
+    insecure: bool = False,
     env: dict[str, str] | None = None,
 ) -> tuple[procs.ProcessRecord, str]:
     """`handoff webhook serve [options]` as its own process, answering; (it, its hook URL).
-    insecure: against the tests' Prefect server, which has no authentication."""
+    insecure: with --insecure-prefect (the tests' servers require credentials, so the
+    relay checks them at start as in a deployment)."""
     port = procs.free_port()
     argv = [
         *(sys.executable, "-m", "cli", "webhook", "serve", "--secret-env"),

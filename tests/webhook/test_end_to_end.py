@@ -122,6 +122,7 @@ def approve_until_final(
             approve_in_ui(
                 browser,
                 f"{prefect.ui_url}/runs/flow-run/{run.id}",
+                auth_string=prefect.auth_string,
                 approver="Ada Lovelace",
                 decision="approve",
                 reason=f"{key}: evidence reviewed",
@@ -217,6 +218,7 @@ def logged(prefect: PrefectServer, run: FlowRun, text: str) -> bool:
     found = httpx.post(
         f"{prefect.api_url}/logs/filter",
         json={"logs": {"flow_run_id": {"any_": [str(run.id)]}}, "limit": 200},
+        headers=prefect.headers,
         timeout=30,
     )
     found.raise_for_status()

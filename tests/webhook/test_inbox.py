@@ -92,7 +92,6 @@ def test_the_relay_starts_and_accepts_while_prefect_is_down(
         state_dir=tmp_path / "state",
         log=tmp_path / "relay.log",
         options=("--clone-url", str(bare)),
-        insecure=False,
     )
     try:
         response = timed_delivery(relay, pushed(spec_repo, {ALPHA_MANIFEST: "v: 2\n"}))

@@ -55,9 +55,9 @@ def _serve(
 
 
 def test_the_relay_refuses_an_open_prefect_api(
-    prefect: PrefectServer, spec_repo: SpecRepo, tmp_path: Path
+    open_prefect: PrefectServer, spec_repo: SpecRepo, tmp_path: Path
 ) -> None:
-    result = _serve(spec_repo, prefect.api_url, tmp_path)
+    result = _serve(spec_repo, open_prefect.api_url, tmp_path)
     output = " ".join((result.stdout + result.stderr).split())
     assert result.returncode == 2, output
     assert "accepts requests without authentication" in output, output
@@ -89,7 +89,6 @@ def test_relay_worker_and_cli_authenticate_and_others_are_refused(
         state_dir=tmp_path / "state",
         log=tmp_path / "relay.log",
         options=("--clone-url", str(bare_remote(spec_repo))),
-        insecure=False,
         env=env,
     ) as relay:
         reply = settled(relay, payload, SECRET)

@@ -317,7 +317,7 @@ def test_prefect_yaml_deploys_the_reconciler_on_its_schedule_and_the_merge_pull_
     repository = models_repository(tmp_path)
     try:
         deploy_all(prefect.api_url, repository.bare)  # type: ignore[arg-type]
-        with httpx.Client(timeout=30) as http:
+        with httpx.Client(timeout=30, headers=prefect.headers) as http:
             reconciler = http.get(f"{prefect.api_url}/deployments/name/{RECONCILER}").json()
             on_merge = http.get(f"{prefect.api_url}/deployments/name/{DEPLOYMENT}").json()
     finally:

@@ -101,7 +101,8 @@ def test_a_prefect_restart_does_not_keep_the_slot_of_the_run_that_held_it(
     while a run holds its Service's slot: the run goes on, and once it leaves the next run
     of the Service takes the slot at once."""
     namespace = f"slots-{uuid.uuid4().hex[:6]}"
-    server = start_prefect(tmp_path, lease_storage=lease_storage)
+    pair = os.environ["PREFECT_API_AUTH_STRING"]
+    server = start_prefect(tmp_path, protected=True, pair=pair, lease_storage=lease_storage)
     try:
         with temporary_settings({PREFECT_API_URL: server.api_url}):
             with service_slot(namespace, "svc", resuming=False):
