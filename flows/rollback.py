@@ -122,8 +122,7 @@ def rollback(
         with _noted(problems):
             _candidate_to_preview(kube, spec, ledger)
     if f"Service {spec.service}" not in kept:
-        with _noted(problems):
-            ledger = _back_through_twin(kube, spec, ledger, problems, drains)
+        ledger = _back_through_twin(kube, spec, ledger, problems, drains)
         kept = set(ledger.edited)
     for workload in ledger.snapshot.workloads:
         if f"Deployment {workload.name}" in kept:
@@ -197,11 +196,7 @@ def _routes_to_candidate(kube: Kube, spec: HandoffSpec, ledger: Ledger) -> bool:
     the restored ones)."""
     if spec.replaces_live and not is_twin(spec, ledger.strategy):
         return False
-    selector = read.read_service(kube, spec.namespace, spec.service).selector
-    name = candidate_name(spec, ledger.strategy)
-    return bool(selector) and any(
-        owned_by_deployment(p, name) for p in read.list_pods(kube, spec.namespace, selector)
-    )
+    return _selects_pods_of(kube, spec, candidate_name(spec, ledger.strategy))
 
 
 def _restore_selector_then_candidate(
@@ -432,12 +427,17 @@ def _candidate_to_preview(kube: Kube, spec: HandoffSpec, ledger: Ledger) -> None
 
 def _rewritten(ledger: Ledger, workload: WorkloadSnapshot, found: DeploymentSnapshot) -> bool:
     """This handoff wrote the live Deployment's spec (in place at the apply, through a
-    twin at the retirement): it carries the handoff's mark and no longer the recorded
-    spec. A spec changed otherwise is a person's, and is not put back."""
+    twin at the retirement): it carries the handoff's mark, its template the handoff's
+    revision and pinned image, and no longer the recorded spec. A spec changed otherwise
+    (or changed again since: `kubectl set image`) is a person's, and is not put back."""
+    template = found.spec.get("template") or {}
+    labels = (template.get("metadata") or {}).get("labels") or {}
     return (
         workload.spec is not None
         and found.spec != workload.spec
         and found.annotations.get(HANDOFF_ID_ANNOTATION) == ledger.handoff_id
+        and labels.get(REVISION_LABEL) == ledger.revision
+        and (ledger.image is None or ledger.image in found.images.values())
     )
 
 
@@ -449,39 +449,44 @@ def _back_through_twin(
     drains: list[Drained] | None,
 ) -> Ledger:
     """Through a twin, once the live Deployment took the candidate's spec and its pods
-    serve (the twin removed): the recorded spec, the version to go back to, runs first as
-    the twin (at the preview size, as the candidate did), the Service moves to its pods
-    in one write, and only then does the live Deployment, serving nothing, get its
-    recorded spec back. Put back in place, a Recreate strategy (one pod holding the GPUs)
-    would leave the Service without endpoints. The usual restore then moves the Service
-    to the restored live pods and removes the twin, as the forward retirement does. A twin
-    that does not become ready is removed, and the restore goes on in place (noted).
-    Returns the ledger as last written."""
+    serve: before that spec is put back (a Recreate strategy, one pod holding the GPUs,
+    stops the only pods that serve), the Service moves to a twin in one write and the
+    live pods are drained. The twin is the candidate's own while it still runs (the same
+    version, so no client sees another), else the recorded spec, the version to go back
+    to, made the twin at the preview size. The usual restore then puts the live spec
+    back, moves the Service to the restored pods and removes the twin, as the forward
+    retirement does. A twin that does not become ready, or any failure here, stops the
+    rollback with RestoreNotReady while the live pods still serve: it stays
+    rolling-back, to be run again. A selector a person set is left, and so is a live
+    Deployment it routes to. Returns the ledger as last written."""
     ns = spec.namespace
     if not is_twin(spec, ledger.strategy) or len(ledger.snapshot.workloads) != 1:
         return ledger
     [workload] = ledger.snapshot.workloads
+    name = candidate_name(spec, ledger.strategy)
+    if {f"Deployment {workload.name}", f"Deployment {name}"} & set(ledger.edited):
+        return ledger  # a person changed one of them: theirs to decide, left as they are
     live = read.read_deployment(kube, ns, workload.name)
     if live is None or workload.spec is None or not _rewritten(ledger, workload, live):
         return ledger
-    selector = read.read_service(kube, ns, spec.service).selector
-    pods = read.list_pods(kube, ns, selector) if selector else []
-    if not any(p.ready and owned_by_deployment(p, live.name) for p in pods):
-        return ledger  # nothing serves from it: its restore costs no client anything
-    twin = candidate_name(spec, ledger.strategy)
-    write.apply_deployment(kube, _previous_as_twin(spec, ledger, workload.spec, twin))
     try:
-        wait_rolled_out(kube, ns, twin, deadline_s=restore_s(workload.spec))
+        twin = _serving_twin(kube, spec, ledger, workload.spec, name)
+        target = {**twin.selector, WORKLOAD_LABEL: name}
+        ledger, moved = _move_or_leave(kube, spec, ledger, target, problems, owners=[name])
     except HandoffError as exc:
-        problems.append(
-            f"the previous version did not become ready as Deployment {twin} ({exc}): it "
-            f"was removed, and {workload.name} gets its recorded spec back in place"
-        )
-        write.delete_deployment(kube, ns, twin, marked=(HANDOFF_ID_ANNOTATION, ledger.handoff_id))
+        raise RestoreNotReady(
+            f"handoff {ledger.handoff_id}: Deployment {ns}/{workload.name} runs the "
+            f"candidate's spec and its pods serve; its recorded spec is put back only once "
+            f"the Service has moved to a twin ({name}), and that failed: {exc}. The Service "
+            "stays on the pods that serve and the handoff stays rolling-back: make room for "
+            f"the twin (`kubectl -n {ns} describe deployment {name}`), then run `handoff "
+            "rollback` (or the handoff) again"
+        ) from exc
+    if not moved:
+        if _selects_pods_of(kube, spec, workload.name):  # a person's selector routes there
+            ledger = _left(kube, spec, ledger, [f"Deployment {workload.name}"])
         return ledger
-    target = {**ledger.snapshot.selector, WORKLOAD_LABEL: twin}
-    ledger, moved = _move_or_leave(kube, spec, ledger, target, problems, owners=[twin])
-    if moved:
+    with _noted(problems):
         settle_data_plane()  # the proxies leave the live pods before they are replaced
         found = drain(
             kube,
@@ -494,6 +499,36 @@ def _back_through_twin(
         if found is not None and drains is not None:
             drains.append(found)
     return ledger
+
+
+def _serving_twin(
+    kube: Kube, spec: HandoffSpec, ledger: Ledger, recorded: dict[str, Any], name: str
+) -> DeploymentSnapshot:
+    """This handoff's twin, Ready: the one that runs (the candidate's, or the previous
+    version's an earlier try made), else the previous version made the twin. A
+    Deployment of that name this handoff did not make is refused (WorkloadReplaced)."""
+    ns = spec.namespace
+    twin = read.read_deployment(kube, ns, name)
+    if twin is not None and twin.annotations.get(HANDOFF_ID_ANNOTATION) != ledger.handoff_id:
+        raise write.WorkloadReplaced(
+            f"Deployment {ns}/{name} is not this handoff's (annotation "
+            f"{HANDOFF_ID_ANNOTATION}={twin.annotations.get(HANDOFF_ID_ANNOTATION)!r})"
+        )
+    if twin is None:
+        write.apply_deployment(kube, _previous_as_twin(spec, ledger, recorded, name))
+    wait_rolled_out(kube, ns, name, deadline_s=restore_s(recorded))
+    found = read.read_deployment(kube, ns, name)
+    if found is None:
+        raise write.WorkloadReplaced(f"Deployment {ns}/{name} was deleted meanwhile")
+    return found
+
+
+def _selects_pods_of(kube: Kube, spec: HandoffSpec, deployment: str) -> bool:
+    """The Service's selector routes to pods of `deployment`."""
+    selector = read.read_service(kube, spec.namespace, spec.service).selector
+    return bool(selector) and any(
+        owned_by_deployment(p, deployment) for p in read.list_pods(kube, spec.namespace, selector)
+    )
 
 
 def _previous_as_twin(

@@ -11,8 +11,8 @@ the ledger; a rollback stops the candidate before it restores them); or a new sp
 live Deployment itself (`candidate: old`) side by side, gated in a twin Deployment
 (`old-handoff`) whose retirement rewrites the live Deployment with the candidate's spec,
 narrows the Service to its pods and deletes the twin (a rollback puts the recorded spec
-back). In place with the live Deployment's own name (the live pods replaced at the apply)
-is not modelled. The run makes the
+back); or that new spec in place, in the live Deployment itself (its pods stop at the
+apply; a rollback puts its recorded spec back). The run makes the
 writes the real steps make, in their order (flows/handoff.py, start.py, apply.py, warm.py,
 gating.py, approve.py, swap.py, scale.py, rollback.py, session.py), and every decision it
 takes is the project's own function, called on snapshots built from the model:
@@ -96,27 +96,35 @@ CANARY = {"track": "canary"}
 Steps = Generator[str, None, None]
 
 
-def make_spec(*, twin: bool = False) -> HandoffSpec:
-    """A separate candidate Deployment, or (`twin`) the live Deployment's new spec, which
-    side by side is gated in a twin Deployment first."""
+def make_spec(*, replaces_live: bool = False) -> HandoffSpec:
+    """A separate candidate Deployment, or the live Deployment's new spec (side by side
+    gated in a twin Deployment first, in place in the live Deployment itself)."""
     raw = valid_spec(NS, SERVICE)
     raw["current"] = [LIVE]
-    deployment = LIVE if twin else CANDIDATE
+    deployment = LIVE if replaces_live else CANDIDATE
     raw["candidate"].update(deployment=deployment, container=CONTAINER, replicas=2)
     raw["candidate"]["preview_replicas"] = 1
     raw["approval"] = {"required": False}
     return HandoffSpec.model_validate({**raw, "source_file": Path("/specs/fuzzed.yaml")})
 
 
-def make_manifest(shared_labels: bool, *, twin: bool = False) -> dict[str, Any]:
+def candidate_in(spec: HandoffSpec, *, in_place: bool) -> str:
+    """The Deployment the candidate runs in: its own, a twin of the live one it replaces
+    side by side, or the live one itself replaced in place."""
+    if not spec.replaces_live:
+        return CANDIDATE
+    return LIVE if in_place else TWIN
+
+
+def make_manifest(shared_labels: bool, *, replaces_live: bool = False) -> dict[str, Any]:
     """The candidate Deployment's file. With shared labels its pods match the live
-    selector, so the plan narrows the Service to the live pods before the apply. For a
-    twin, the live Deployment's own file (its selector, so its pods match the Service's)."""
-    app = "svc" if shared_labels or twin else "cand"
+    selector, so the plan narrows the Service to the live pods before the apply. Replacing
+    the live Deployment, its own file (its selector, so its pods match the Service's)."""
+    app = "svc" if shared_labels or replaces_live else "cand"
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": {"name": LIVE if twin else CANDIDATE},
+        "metadata": {"name": LIVE if replaces_live else CANDIDATE},
         "spec": {
             "replicas": 1,
             "selector": {"matchLabels": {"app": app}},
@@ -509,7 +517,7 @@ class Handoff:
     @property
     def cand(self) -> str:
         """flows.render.candidate_name: the Deployment the candidate is gated in."""
-        return TWIN if self.spec.replaces_live and not self.in_place else CANDIDATE
+        return candidate_in(self.spec, in_place=self.in_place)
 
     # --- plumbing ----------------------------------------------------------
     def _run(self, ledger: Ledger, pin: dict[str, str] | None) -> HandoffRun:
@@ -895,7 +903,7 @@ class Handoff:
         self.check()
         if not run.reached(Phase.SCALED) and not run.twin:  # a twin stays at its preview
             target = self.spec.candidate.replicas
-            self.c.scale(CANDIDATE, target, expected=drift.candidate_replicas(self.r))
+            self.c.scale(self.cand, target, expected=drift.candidate_replicas(self.r))
             yield "scaled up"
             yield from self.wait("the candidate's pods", self._candidate_ready(target))
         yield from self.advance(Phase.SCALED)
@@ -905,7 +913,7 @@ class Handoff:
             self.check()
             if run.twin:
                 yield from self._rewrite_live_and_remove_twin()
-            else:
+            elif not self.spec.replaces_live:  # replaced in place, nothing is left
                 # The Service must route to the candidate alone first.
                 yield from self.verify(target_selector(run))
                 self.c.scale(LIVE, 0, expected=run.recorded_replicas(LIVE))
@@ -1023,7 +1031,8 @@ class Handoff:
             except HandoffError as exc:
                 problems.append(str(exc))
 
-        if ledger.strategy == Strategy.IN_PLACE and candidate not in kept:
+        in_place = ledger.strategy == Strategy.IN_PLACE
+        if in_place and not self.spec.replaces_live and candidate not in kept:
             # rollback.rollback: it holds the GPUs the old pods need back, so it goes first.
             def candidate_first() -> Steps:
                 yield from self._undo_candidate(ledger)
@@ -1033,12 +1042,7 @@ class Handoff:
         elif candidate not in kept:
             yield from noted(lambda: self._candidate_to_preview(ledger))
         if f"Service {SERVICE}" not in kept:
-            try:
-                ledger = yield from self._back_through_twin(ledger, problems)
-            except RestoreNotReady:
-                raise
-            except HandoffError as exc:
-                problems.append(str(exc))
+            ledger = yield from self._back_through_twin(ledger, problems)
             kept = set(ledger.edited)
         for workload in ledger.snapshot.workloads:
             if f"Deployment {workload.name}" not in kept:
@@ -1079,53 +1083,63 @@ class Handoff:
             workload.spec is not None
             and current.snapshot().spec != workload.spec
             and current.handoff_id == ledger.handoff_id
+            and current.labels.get(REVISION_LABEL) == ledger.revision
+            and current.image == ledger.image
         )
 
     def _back_through_twin(
         self, ledger: Ledger, problems: list[str]
     ) -> Generator[str, None, Ledger]:
-        """rollback._back_through_twin: the recorded spec runs as the twin, the Service
-        moves to it, and only then is the live Deployment, serving nothing, restored."""
+        """rollback._back_through_twin: the Service moves to a twin (the candidate's, or
+        the recorded spec made one) before the live Deployment's spec is put back."""
         [workload] = ledger.snapshot.workloads
-        live = self.c.workloads[LIVE]
-        if not (self.r.twin and self._rewritten(ledger, workload) and workload.spec):
+        if not (self.r.twin and workload.spec):
             return ledger
-        if not (live.ready and matches(self.c.selector, live.pod_labels())):
+        if {f"Deployment {LIVE}", f"Deployment {TWIN}"} & set(ledger.edited):
             return ledger
-        template = workload.spec["template"]
-        labels = {**template["metadata"]["labels"], WORKLOAD_LABEL: TWIN}
-        image = template["spec"]["containers"][0]["image"]
-        preview = self.spec.candidate.preview_replicas
-
-        def change() -> None:
-            twin = self.c.workloads.setdefault(
-                TWIN,
-                Workload(
-                    name=TWIN,
-                    uid="uid-twin-back",
-                    replicas=0,
-                    match={**LIVE_SELECTOR, WORKLOAD_LABEL: TWIN},
-                    labels=labels,
-                    image=image,
-                    template_hash="back1",
-                ),
-            )
-            twin.set_template(labels, image)
-            twin.scale(preview)
-            twin.handoff_id = ledger.handoff_id
-
-        self.c.write("the recorded spec as the twin", change)
-        yield "previous version as twin"
-        twin = self.c.workloads[TWIN]
+        if not self._rewritten(ledger, workload):
+            return ledger
         try:
-            yield from self.wait("the previous version's twin", lambda: twin.ready >= preview)
-        except WaitTimedOut as exc:
-            problems.append(f"the previous version did not become ready as {TWIN}: {exc}")
-            yield from self._undo_candidate(ledger)
-            return ledger
-        target = {**ledger.snapshot.selector, WORKLOAD_LABEL: TWIN}
-        ledger, _ = yield from self._move_or_leave(ledger, target)
+            twin = yield from self._serving_twin(ledger, workload.spec)
+            target = {**twin.match, WORKLOAD_LABEL: TWIN}
+            ledger, moved = yield from self._move_or_leave(ledger, target)
+        except HandoffError as exc:
+            raise RestoreNotReady(f"no twin to move the Service to: {exc}") from exc
+        live = self.c.workloads[LIVE]
+        if not moved and live.replicas and matches(self.c.selector, live.pod_labels()):
+            ledger = self._left(ledger, [f"Deployment {LIVE}"])
         return ledger
+
+    def _serving_twin(
+        self, ledger: Ledger, recorded: dict[str, Any]
+    ) -> Generator[str, None, Workload]:
+        """rollback._serving_twin: this handoff's twin, Ready, made if there is none."""
+        twin = self.c.workloads.get(TWIN)
+        if twin is not None and twin.handoff_id != ledger.handoff_id:
+            raise WorkloadReplaced(f"Deployment {TWIN} is not this handoff's")
+        if twin is None:
+            template = recorded["template"]
+            labels = {**template["metadata"]["labels"], WORKLOAD_LABEL: TWIN}
+            made = Workload(
+                name=TWIN,
+                uid="uid-twin-back",
+                replicas=self.spec.candidate.preview_replicas,
+                match={**LIVE_SELECTOR, WORKLOAD_LABEL: TWIN},
+                labels=labels,
+                image=template["spec"]["containers"][0]["image"],
+                template_hash="back1",
+                handoff_id=ledger.handoff_id,
+            )
+
+            def change() -> None:
+                self.c.workloads[TWIN] = made
+
+            self.c.write("the recorded spec as the twin", change)
+            yield "previous version as twin"
+            twin = made
+        ready = twin
+        yield from self.wait("the twin rolled out", lambda: ready.ready >= ready.replicas)
+        return twin
 
     def _restore_workload(
         self, ledger: Ledger, workload: WorkloadSnapshot, problems: list[str]
@@ -1170,6 +1184,8 @@ class Handoff:
                 self.c.delete(TWIN)
                 yield "twin deleted"
             return
+        if self.spec.replaces_live:
+            return  # the live Deployment itself was restored
         want = ledger.snapshot.candidate_replicas
         if candidate is not None and candidate.replicas != want:
             self.c.scale(self.cand, want)
@@ -1223,6 +1239,8 @@ class Handoff:
         )
 
     def _pinned_to_restored(self, ledger: Ledger) -> dict[str, str] | None:
+        if self.cand in {w.name for w in ledger.snapshot.workloads}:
+            return None
         if not self._cand_matches(ledger):
             return None
         live = self.c.workloads[LIVE]

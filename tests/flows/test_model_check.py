@@ -51,6 +51,7 @@ from tests.flows.cluster_model import (
     Handoff,
     Steps,
     WaitTimedOut,
+    candidate_in,
     make_manifest,
     make_spec,
 )
@@ -78,25 +79,28 @@ class HandoffMachine(RuleBasedStateMachine):
     @initialize(
         shared=st.booleans(),
         bake_looks=st.sampled_from([0, 0, 3]),
-        layout=st.sampled_from(["side by side", "side by side", "in place", "twin"]),
+        layout=st.sampled_from(
+            ["side by side", "side by side", "in place", "twin", "in place, replacing"]
+        ),
     )
     def setup(self, shared: bool, bake_looks: int = 0, layout: str = "side by side") -> None:
         """Candidate pods that would match the live selector (the plan pins it) or not;
         a bake of so many looks before the retirement, or none; side by side, in place
         (the old pods stop at the apply, a declared outage until the swap), or a new spec
-        of the live Deployment itself, gated in a twin beside it (its pods match the live
-        selector), which then rewrites the live Deployment and is removed."""
-        twin = layout == "twin"
-        self.spec = make_spec(twin=twin)
-        self.manifest = make_manifest(shared, twin=twin)
+        of the live Deployment itself: gated in a twin beside it (its pods match the live
+        selector), which then rewrites the live Deployment and is removed, or in place,
+        in the live Deployment, its old pods stopped at the apply."""
+        replaces = layout in ("twin", "in place, replacing")
+        self.spec = make_spec(replaces_live=replaces)
+        self.manifest = make_manifest(shared, replaces_live=replaces)
         self.shared = shared
         self.bake_looks = bake_looks
-        self.in_place = layout == "in place"
+        self.in_place = layout.startswith("in place")
 
     @property
     def cand(self) -> str:
         """The Deployment the candidate is gated in."""
-        return TWIN if self.spec.replaces_live else CANDIDATE
+        return candidate_in(self.spec, in_place=self.in_place)
 
     # --- the handoff ---------------------------------------------------------
     def _next(self) -> None:
@@ -721,3 +725,43 @@ def test_a_rollback_keeps_a_twin_a_person_points_the_service_at() -> None:
     _until(m, "rolled back")
     assert not m.c.violations, m.c.violations
     assert TWIN in m.c.workloads and m.c.endpoints() == {TWIN: 1}, m.c.endpoints()
+
+
+def test_a_twin_rollback_begun_before_the_twins_removal_moves_to_the_twin() -> None:
+    """Through a twin: the Service selects the rewritten live pods alone, and the twin's
+    delete fails. The twin still runs the candidate's version: the Service moves to it
+    (no other version in between, no second twin over the first) before the live
+    Deployment's spec is put back, and ends on the restored live pods."""
+    m = HandoffMachine()
+    m.setup(shared=False, layout="twin")
+    m.start_a_run()
+    _until(m, "live rewritten")
+    m.trace.clear()
+    _until(m, "selector written")  # the Service on the live pods alone
+    assert TWIN in m.c.workloads
+    m.c.fail_next_write = True  # the twin's delete fails: the rollback begins
+    _until(m, "rolled back")
+    assert not m.c.violations, m.c.violations
+    assert "previous version as twin" not in m.trace, m.trace
+    assert m.c.endpoints() == {LIVE: 2}, m.c.endpoints()
+    assert m.c.workloads[LIVE].image == "r.invalid/old:v0"
+
+
+def test_a_selector_a_person_sets_while_the_rollback_readies_its_twin_keeps_the_live_pods() -> None:
+    """The same rollback after the twin's removal; while the previous version's twin
+    starts, a person points the Service at the rewritten live pods. The rollback leaves
+    that selector, and leaves the live Deployment it routes to as it is (putting its
+    spec back would stop the pods the person chose), noted as edited."""
+    m = HandoffMachine()
+    m.setup(shared=False, layout="twin")
+    m.start_a_run()
+    _until(m, "ledger retired")
+    m.c.fail_next_write = True
+    _until(m, "previous version as twin")
+    m.person_edits_selector(to=CANARY, right_after_check=False, rare=0)
+    assert m.c.selector == CANARY, "the person's edit did not land"
+    _until(m, "rolled back")
+    assert not m.c.violations, m.c.violations
+    ledger = m.c.ledger()
+    assert ledger is not None and f"Deployment {LIVE}" in ledger.edited, ledger
+    assert m.c.endpoints() == {LIVE: 2}, m.c.endpoints()

@@ -10,6 +10,7 @@ cannot be), until the candidate's pods are gone."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import signal
 import threading
@@ -25,6 +26,7 @@ from flows.apply import apply_at_zero
 from flows.kube.client import Kube
 from flows.kube.wait import wait_rolled_out
 from flows.kube.write import SelectorEdited
+from flows.ledger import ANNOTATION, Phase, parse_ledger
 from flows.plan import PlanRefused, make_plan
 from flows.render import TWIN_SUFFIX
 from flows.rollback import rollback
@@ -84,21 +86,13 @@ def test_the_pin_is_the_live_replica_sets_hash_while_its_pods_are_not_there(
 ) -> None:
     # As a rerun right after a rollback finds it: the live Deployment is back, its
     # ReplicaSet is there, its pods are not yet. The hash comes from that ReplicaSet.
-    live = kube.apps.read_namespaced_deployment("candle-vllm", seeded)
-    revision = live.metadata.annotations["deployment.kubernetes.io/revision"]
     kube.apps.patch_namespaced_deployment_scale("candle-vllm", seeded, {"spec": {"replicas": 0}})
     _wait_live_pods_gone(kube, seeded)
-    (owned,) = [
-        rs
-        for rs in kube.apps.list_namespaced_replica_set(seeded).items
-        if rs.metadata.owner_references[0].uid == live.metadata.uid
-        and rs.metadata.annotations["deployment.kubernetes.io/revision"] == revision
-    ]
     spec = load_spec_as_run(spec_in(seeded, "coder-14b-fp16", tmp_path), handoff_env)
     plan = make_plan(kube, spec)
     assert plan.pin_live_selector == {
         "app": "candle-vllm",
-        "pod-template-hash": owned.metadata.labels["pod-template-hash"],
+        "pod-template-hash": _current_hash(kube, seeded),
     }
 
 
@@ -328,3 +322,55 @@ def test_a_rollback_keeping_a_twin_a_person_scaled_stays_pinned_to_the_live_pods
     assert ledger.cause and "lift the pin" in ledger.cause, ledger.cause
     kept = kube.apps.read_namespaced_deployment(twin, seeded)
     assert kept.spec.replicas == 2, "the person's edit was undone"
+
+
+def test_a_rollback_begun_by_a_version_without_pin_records_finishes_from_its_pin(
+    kube: Kube, seeded: str, spare_gpus: str, handoff_env: dict[str, str], tmp_path: Path
+) -> None:
+    # An older version's rollback pinned the Service to the live pods' hash of the time
+    # (a person had restarted the live Deployment since the plan's pin), deleted the twin,
+    # and died before moving the Service back; its ledger has no `rollback_pins` key.
+    # This version finishes it: that pin is the older rollback's, not a person's, and the
+    # Service goes back to its own selector rather than stay pinned as "edited".
+    spec = load_spec_as_run(spec_in(seeded, "coder-14b-fp16", tmp_path), handoff_env)
+    run = start_or_resume(kube, spec, make_plan(kube, spec), run_id="legacy-pin-test")
+    assert run.twin and run.ledger.pin, run.ledger
+    apply_at_zero(run, None)
+    _template_changed(kube, seeded, "candle-vllm")
+    wait_rolled_out(kube, seeded, "candle-vllm", deadline_s=120)
+    pin = {"app": "candle-vllm", "pod-template-hash": _current_hash(kube, seeded)}
+    assert pin != run.ledger.pin
+    kube.apps.delete_namespaced_deployment(f"candle-vllm{TWIN_SUFFIX}", seeded)
+    svc = service(kube, seeded, "coder-predictor")
+    older = parse_ledger(svc.metadata.annotations)
+    assert older is not None
+    rolling = json.loads(
+        older.to(
+            Phase.ROLLING_BACK, cause="a person restarted the live Deployment",
+            edited=["Deployment candle-vllm"],
+        ).dump()
+    )  # fmt: skip
+    del rolling["rollback_pins"]  # as that version wrote it
+    kube.core.patch_namespaced_service(
+        "coder-predictor",
+        seeded,
+        {"metadata": {"annotations": {ANNOTATION: json.dumps(rolling)}}, "spec": {"selector": pin}},
+    )
+    ledger = rollback(kube, spec, cause="resumed")
+    assert ledger is not None and ledger.phase == "rolled-back", ledger
+    assert "Service coder-predictor" not in ledger.edited, ledger.cause
+    assert ledger.rollback_pins == [pin], ledger.rollback_pins
+    assert service(kube, seeded, "coder-predictor").spec.selector == {"app": "candle-vllm"}
+
+
+def _current_hash(kube: Kube, namespace: str) -> str:
+    """The live Deployment's newest ReplicaSet's pod-template-hash."""
+    live = kube.apps.read_namespaced_deployment("candle-vllm", namespace)
+    revision = live.metadata.annotations["deployment.kubernetes.io/revision"]
+    (owned,) = [
+        rs
+        for rs in kube.apps.list_namespaced_replica_set(namespace).items
+        if rs.metadata.owner_references[0].uid == live.metadata.uid
+        and rs.metadata.annotations["deployment.kubernetes.io/revision"] == revision
+    ]
+    return str(owned.metadata.labels["pod-template-hash"])
