@@ -57,6 +57,12 @@ def basic_auth(auth_string: str | None) -> dict[str, str]:
     return {"Authorization": "Basic " + base64.b64encode(auth_string.encode()).decode()}
 
 
+def own_headers() -> dict[str, str]:
+    """The Authorization header for this process's Prefect credentials
+    ($PREFECT_API_AUTH_STRING, as Prefect's own client sends it), for plain HTTP calls."""
+    return basic_auth(os.environ.get("PREFECT_API_AUTH_STRING"))
+
+
 def client_env(run_dir: Path, api_url: str) -> dict[str, str]:
     """What a Prefect client needs to use the sandbox's server."""
     secret = auth_string(run_dir)

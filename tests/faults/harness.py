@@ -22,6 +22,7 @@ from flows.lease import read_holder
 from flows.ledger import REVISION_LABEL, OutageRecord, history_entries, parse_ledger
 from flows.slots import LEASE_S as SLOT_LEASE_S
 from flows.slots import limit_name
+from sandbox.prefect_server import own_headers
 from sandbox.proxy import address_of
 from sandbox.publisher import publish
 from sandbox.registry_front import RegistryFront
@@ -526,7 +527,7 @@ def _slot_taken(stage: Stage, target: Target) -> bool:
     """Whether a run holds the Service's Prefect concurrency slot (flows/slots.py)."""
     api = stage.env["PREFECT_API_URL"]
     name = limit_name(stage.namespace, target.service)
-    answer = httpx.get(f"{api}/v2/concurrency_limits/{name}", timeout=30)
+    answer = httpx.get(f"{api}/v2/concurrency_limits/{name}", headers=own_headers(), timeout=30)
     return answer.status_code != 404 and bool(answer.json()["active_slots"])
 
 

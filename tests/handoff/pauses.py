@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 
 from flows.pause_clock import description_key
+from sandbox.prefect_server import own_headers
 from tests.world import handoff_cli, spec_in, start_handoff
 
 # The latency SLO is the spec's business; the machine may be busy with other tests,
@@ -69,7 +70,8 @@ class PausingRun:
 
     def state(self) -> dict[str, object]:
         assert self.run_id
-        return httpx.get(f"{self.api}/flow_runs/{self.run_id}", timeout=10).json()["state"]
+        url = f"{self.api}/flow_runs/{self.run_id}"
+        return httpx.get(url, headers=own_headers(), timeout=10).json()["state"]
 
     def wait_paused(self, *, other_than: str | None = None, timeout_s: float = 180) -> str:
         """Wait until the run pauses (at a pause key other than `other_than`); its key."""
@@ -91,7 +93,7 @@ class PausingRun:
         # Prefect has no update for a run input, so the clock replaces it (delete, then
         # create): a read can fall between the two. A missing form for longer is a failure.
         for _ in range(20):
-            response = httpx.get(url, timeout=10)
+            response = httpx.get(url, headers=own_headers(), timeout=10)
             if response.status_code != 404:
                 break
             time.sleep(0.1)

@@ -324,6 +324,11 @@ def test_a_rollback_keeping_a_twin_a_person_scaled_stays_pinned_to_the_live_pods
     assert kept.spec.replicas == 2, "the person's edit was undone"
 
 
+@pytest.mark.invariants(
+    reason="the test restarts the live Deployment (Recreate): no pod until the new one",
+    allow=("I1",),
+    services=("coder-predictor",),
+)
 def test_a_rollback_begun_by_a_version_without_pin_records_finishes_from_its_pin(
     kube: Kube, seeded: str, spare_gpus: str, handoff_env: dict[str, str], tmp_path: Path
 ) -> None:

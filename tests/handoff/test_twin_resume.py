@@ -2,9 +2,9 @@
 ledger says retired, is resumed by a rerun: the twin's absence is the handoff's own
 deletion (the Service already narrowed to the live pods), not a person's, and the rerun
 finishes the retirement and ends done, clients served throughout. Or it is rolled back
-from there: the live Deployment gets its recorded spec back while the Service keeps
-endpoints throughout (it moves to its old selector, which matches the rewritten pods and
-the restored ones, before the rolling update)."""
+from there: the previous version runs as a twin again, the Service moves to it, and only
+then does the live Deployment (Recreate) get its recorded spec back; the Service ends on
+the restored live pods, clients served throughout and never two versions at once."""
 
 from __future__ import annotations
 

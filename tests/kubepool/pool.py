@@ -109,7 +109,11 @@ def worker(api_url: str, kubeconfig: Path, namespace: str, log: Path) -> Iterato
 @contextmanager
 def prefect_client(api_url: str, auth: str | None = None) -> Iterator[SyncPrefectClient]:
     """Prefect's own client (it retries the 503s of a busy SQLite server)."""
-    settings = {PREFECT_API_URL: api_url, PREFECT_API_AUTH_STRING: auth}
+    # Without `auth`, the process's own credentials ($PREFECT_API_AUTH_STRING).
+    settings = {
+        PREFECT_API_URL: api_url,
+        PREFECT_API_AUTH_STRING: auth or os.environ.get("PREFECT_API_AUTH_STRING"),
+    }
     with temporary_settings(settings), get_client(sync_client=True) as c:
         yield c
 
