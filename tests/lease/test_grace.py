@@ -25,16 +25,20 @@ def _declared(name: str) -> float:
 
 
 def rollback_bound_s() -> float:
-    """The longest rollback, its waits one after another (prefect.yaml shows the sum)."""
-    return (
-        rollback.RESTORE_S  # the candidate's pods stop (in place)
-        + render.DEFAULT_STARTUP_S  # a restored workload rolls out ...
-        + _declared("RESTORE_MARGIN_S")  # ... within its allowance and a margin
-        + _declared("READY_AFTER_RESTORE_S")  # a Ready pod before the selector moves back
-        + rollback.RESTORE_S  # the candidate's pods are gone (pinned)
+    """The longest rollback, its waits one after another (prefect.yaml shows the sums):
+    in place, or through a twin after the live Deployment took the candidate's spec."""
+    rolls_out = render.DEFAULT_STARTUP_S + _declared("RESTORE_MARGIN_S")  # within its
+    # allowance and a margin
+    ready = _declared("READY_AFTER_RESTORE_S")  # a Ready pod before the selector moves
+    end = (
+        rollback.RESTORE_S  # the candidate's pods are gone (pinned)
         + lease.LEASE_S  # the writes' retries: fenced, they end within the Lease
         + SHUTDOWN_S
     )
+    in_place = rollback.RESTORE_S + rolls_out + ready + end  # the candidate stops first
+    through_twin = rolls_out + ready + rolls_out + ready + end  # the previous version's
+    # twin rolls out and takes the Service, then the restored live Deployment
+    return max(in_place, through_twin)
 
 
 def grace_of(prefect_yaml: Path, template: Path) -> tuple[Any, Any]:
