@@ -586,7 +586,9 @@ def _restore_workload(
             expected=restorable_from(workload),
         )
     try:
-        wait_rolled_out(kube, spec.namespace, workload.name, deadline_s=restore_s(current))
+        # The allowance of the spec it now rolls out: the recorded one, where put back.
+        rolling = workload.spec if workload.spec is not None else current
+        wait_rolled_out(kube, spec.namespace, workload.name, deadline_s=restore_s(rolling))
     except HandoffError as exc:
         problems.append(str(exc))
 
