@@ -199,6 +199,19 @@ def run_handoff(
     )
 
 
+def run_rollback(
+    spec: Path, env: dict[str, str], reason: str, *, timeout_s: float = 300
+) -> subprocess.CompletedProcess[str]:
+    """`handoff rollback SPEC --reason REASON`, to its end."""
+    return subprocess.run(
+        handoff_cli("rollback", str(spec), "--reason", reason),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+    )
+
+
 def start_handoff(spec: Path, env: dict[str, str], *extra: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
         handoff_cli("run", str(spec), *extra),

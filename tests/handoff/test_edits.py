@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import time
 from pathlib import Path
 
@@ -30,10 +29,10 @@ from tests.handoff.test_swap_ready import _stopped
 from tests.world import (
     LEASE_S,
     await_phase,
-    handoff_cli,
     handoff_process,
     load_spec_as_run,
     run_handoff,
+    run_rollback,
     service,
     spec_in,
 )
@@ -220,13 +219,7 @@ def test_a_rollback_whose_live_workload_cannot_serve_keeps_the_service_on_the_ca
     assert any(s.addresses for s in endpoints.subsets or []), "the Service was left empty"
     _recreate(kube, seeded, live)
     time.sleep(float(LEASE_S) + 2)  # the run's Lease lapses
-    result = subprocess.run(
-        handoff_cli("rollback", str(spec_file), "--reason", "live workload is back"),
-        env=handoff_env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    result = run_rollback(spec_file, handoff_env, "live workload is back")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     svc = service(kube, seeded, SERVICE)
     ledger = parse_ledger(svc.metadata.annotations)

@@ -26,9 +26,9 @@ from sandbox.traffic import ClientLoad
 from tests.world import (
     LEASE_S,
     await_phase,
-    handoff_cli,
     handoff_process,
     run_handoff,
+    run_rollback,
     service,
     spec_in,
 )
@@ -79,13 +79,7 @@ def test_a_rollback_after_the_twins_removal_keeps_the_service_serving(
     with ClientLoad(url, api=CLIENT_API[SERVICE], streams=4) as load:
         _killed_past_the_twins_removal(kube, seeded, spec_file, handoff_env)
         time.sleep(float(LEASE_S) + 2)  # the killed run's Lease lapses
-        result = subprocess.run(
-            handoff_cli("rollback", str(spec_file), "--reason", "a person rolls it back"),
-            env=handoff_env,
-            capture_output=True,
-            text=True,
-            timeout=420,
-        )
+        result = run_rollback(spec_file, handoff_env, "a person rolls it back", timeout_s=420)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     svc = service(kube, seeded, SERVICE)
     ledger = parse_ledger(svc.metadata.annotations or {})
