@@ -6,6 +6,7 @@ gives them no parameters: the step reads its own flow run's `trigger.merge_commi
 from the API. A run without one (started by hand or by the schedule) gets the branch's
 head. A commit the repository does not hold leaves the branch's head checked out, said
 in the log: the flow then refuses to run it (flows/source_tree.py), naming both commits.
+A clone of the project itself becomes the code the run imports (flows/running_code.py).
 """
 
 from __future__ import annotations
@@ -16,12 +17,11 @@ import subprocess
 import uuid
 from pathlib import Path
 
+from flows.running_code import ENTRY, load_from
 from flows.source_tree import git
 from flows.webhook.event_signature import check_trigger
 
 _CLONE_TIMEOUT_S = 600.0
-# The project this step runs from: the flow image's /opt/handoff, the worker's checkout.
-RUNNER_ROOT = Path(__file__).resolve().parents[1]
 log = logging.getLogger("prefect.handoff.checkout")
 
 
@@ -79,23 +79,7 @@ def clone_at(repository: str, *, branch: str, commit: str | None, into: Path) ->
         git(into, "checkout", "--quiet", "--detach", f"origin/{branch}")
     ran = git(into, "rev-parse", "HEAD") or "unknown"
     log.info("checked out %s of %s (wanted %s)", ran, repository, commit or f"{branch}'s head")
-    _say_if_locked_otherwise(into)
     return ran
-
-
-def _say_if_locked_otherwise(into: Path) -> None:
-    """The clone's code runs with the runner's installed dependencies (the flow image's,
-    the process worker's environment): a merge that changed uv.lock runs with the old."""
-    mine, theirs = RUNNER_ROOT / "uv.lock", into / "uv.lock"
-    if not (mine.is_file() and theirs.is_file()) or mine.read_bytes() == theirs.read_bytes():
-        return
-    log.warning(
-        "%s differs from %s, the lock of the dependencies this run has installed: the "
-        "merge's code runs with the runner's dependencies; rebuild the flow image (or "
-        "`uv sync --frozen` the process worker's environment) from this commit",
-        theirs,
-        mine,
-    )
 
 
 def clone_run_commit(
@@ -107,4 +91,8 @@ def clone_run_commit(
     base = Path(parent) if parent else Path.cwd()
     into = base / f"handoff-{(commit or branch)[:12]}-{uuid.uuid4().hex[:6]}"
     clone_at(repository, branch=branch, commit=commit, into=into)
+    if (into / ENTRY).is_file():
+        # This step was imported from the runner's copy of the project: without this, the
+        # clone's entry point would import every other module from that copy.
+        load_from(into)
     return {"directory": str(into)}

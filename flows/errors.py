@@ -52,6 +52,7 @@ another parent.
         ├── PersonEdited               (drift) someone changed an object the handoff works on
         ├── BakeBreached               (bake) the candidate breached the bake's SLOs
         ├── WrongCommit                (source_tree) a merge's run found another commit's tree
+        ├── WrongCode                  (running_code) code or dependencies other than the merge's
         ├── SigningKeyError            (report.attest) a signing or verification key is unusable
         ├── UnsignedTrigger            (webhook.event_signature) a commit the relay did not sign
         ├── PoolTemplateError          (workpool) the work pool template cannot be rendered as asked

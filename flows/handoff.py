@@ -17,6 +17,7 @@ from prefect.states import Cancelled
 from flows import signals
 from flows.newest import Superseded, ensure_newest, is_merge
 from flows.report.record import HandoffRecord, Trigger
+from flows.running_code import WrongCode, ensure_code
 from flows.session import begin, finish
 from flows.source_tree import WrongCommit, ensure_commit, source_tree
 from flows.spec import load_spec
@@ -60,8 +61,9 @@ def handoff(
 
     A run started by an event or a deployment reads its spec only from the repository's
     specs directory (flows/spec_paths.py); one started by hand reads the file named.
-    A merge's run runs only from its merge commit (flows/source_tree.py), and the record
-    names the commit and the files' digest that ran."""
+    A merge's run runs only from its merge commit (flows/source_tree.py), that commit's
+    code with the dependencies it locks (flows/running_code.py), and the record names the
+    commit, the code's root, the image and the files' digest that ran."""
     # A merge commit only the relay may name (where the worker holds its public key).
     check_trigger(spec_file, trigger.model_dump() if trigger else None)
     if is_merge(trigger) or deployment.id:
@@ -80,7 +82,8 @@ def handoff(
     if is_merge(trigger) and trigger.merge_commit:
         try:
             ensure_commit(source, trigger.merge_commit, where=f"handoff {spec.name}")
-        except WrongCommit as exc:
+            ensure_code(Path(source.root), where=f"handoff {spec.name}")
+        except (WrongCommit, WrongCode) as exc:
             get_run_logger().error("%s", exc)
             raise
     try:

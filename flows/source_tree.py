@@ -22,6 +22,8 @@ from flows.errors import PermanentError
 from flows.spec import HandoffSpec
 
 COMMIT_ENV = "HANDOFF_SOURCE_COMMIT"
+# Set by the Kubernetes pool's template (flows/workpool.py) to the image it runs.
+IMAGE_ENV = "HANDOFF_FLOW_IMAGE"
 _GIT_TIMEOUT_S = 30.0
 
 
@@ -37,6 +39,8 @@ class SourceTree(BaseModel):
     digest: str  # sha256 over the handoff's files (see files_digest)
     files: list[str]  # relative to the repository root
     root: str  # the repository root the run read them from
+    code: str | None = None  # the root the project's modules ran from (flows/running_code.py)
+    image: str | None = None  # the flow image, by digest, where a pool's Job ran the run
 
 
 def git(root: Path, *args: str) -> str | None:
@@ -126,6 +130,8 @@ def source_tree(spec: HandoffSpec, spec_file: Path, root: Path) -> SourceTree:
         digest=files_digest(files, read_worktree(root)),
         files=files,
         root=str(root),
+        code=str(Path(__file__).resolve().parents[1]),
+        image=os.environ.get(IMAGE_ENV),
     )
 
 

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from flows.errors import PermanentError
+from flows.source_tree import IMAGE_ENV
 
 TEMPLATE = (
     Path(__file__).resolve().parents[1] / "manifests" / "work-pool" / "handoff-kubernetes.json"
@@ -73,7 +74,8 @@ def render_pool_template(
     container["args"] = list(COMMAND)
     # A literal list: the worker puts the run's env (names limited below) before it, and
     # none of those names can be one of these.
-    container["env"] = copy.deepcopy(FIXED_ENV)
+    # The audit record names the image that ran (flows/source_tree.py).
+    container["env"] = [*copy.deepcopy(FIXED_ENV), {"name": IMAGE_ENV, "value": image}]
     pod["serviceAccountName"] = service_account
     _close(rendered["variables"], FIXED)
     rendered["variables"]["properties"]["env"]["propertyNames"] = {"pattern": job_env(declared)}
@@ -84,10 +86,12 @@ def render_pool_template(
 
 
 # The flow's own settings, none of the key files (a run could point them at another key
-# the host holds) nor the merge commit (the relay's to give). Nothing else HANDOFF_* is
+# the host holds), the merge commit (the relay's to give) nor the image (the template's to
+# name). Nothing else HANDOFF_* is
 # read by the loader, Python, git, Prefect or the Kubernetes client.
 _SETTINGS = (
-    r"(?!HANDOFF_(SIGNING_KEY_FILE|EVENT_KEY_FILE|EVENT_PUBLIC_KEY_FILE|SOURCE_COMMIT)$)"
+    r"(?!HANDOFF_(SIGNING_KEY_FILE|EVENT_KEY_FILE|EVENT_PUBLIC_KEY_FILE|SOURCE_COMMIT"
+    r"|FLOW_IMAGE)$)"
     r"HANDOFF_[A-Z0-9_]+"
 )
 # What a run's env may set on a process worker's host: the flow's settings alone.

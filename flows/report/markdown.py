@@ -6,6 +6,7 @@ from flows.capacity import Strategy
 from flows.evidence import Evidence
 from flows.plan import Plan
 from flows.report.record import HandoffRecord
+from flows.source_tree import SourceTree
 from flows.spec import HandoffSpec
 from gates.common import shown
 from gates.latency.report import streams
@@ -111,6 +112,16 @@ def _settings(values: dict[str, object]) -> str:
     return ", ".join(f"{k} {v}" for k, v in values.items() if v is not None) or "none"
 
 
+def _ran(source: SourceTree) -> str:
+    """What ran: the tree's commit, where the code came from, the flow image if a Job's."""
+    return (
+        f"- ran commit `{source.commit or 'unknown'}`"
+        + (f" ({', '.join(source.modified)} modified)" if source.modified else "")
+        + (f", code from `{source.code}`" if source.code and source.code != source.root else "")
+        + (f", flow image `{source.image}`" if source.image else "")
+    )
+
+
 def record_markdown(entry: HandoffRecord, evidence: Evidence | None) -> str:
     lines = [
         f"# Handoff `{entry.spec}` of `{entry.namespace}/{entry.service}`: {entry.outcome}",
@@ -120,6 +131,7 @@ def record_markdown(entry: HandoffRecord, evidence: Evidence | None) -> str:
         f"- trigger: {entry.trigger.source}"
         + (f", delivery `{entry.trigger.delivery_id}`" if entry.trigger.delivery_id else "")
         + (f", merge `{entry.trigger.merge_commit}`" if entry.trigger.merge_commit else ""),
+        *([_ran(entry.source)] if entry.source is not None else []),
         f"- image `{entry.image}` revision label `{entry.revision}`",
         *[f"- fix {fix}" for fix in entry.fixes],
         f"- approver: {entry.approver or '-'}; evidence sha256 `{entry.evidence_sha256 or '-'}`",

@@ -7,8 +7,13 @@ cluster fails on that instead)."""
 from __future__ import annotations
 
 import datetime as dt
+import importlib.metadata
+import json
 import logging
 import os
+import shutil
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,6 +31,7 @@ from tests.webhook.servers import PrefectServer
 from tests.webhook.specrepo import SpecRepo, commit_files, git
 
 NO_CLUSTER = "/nonexistent/kubeconfig"
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _emit_merge(prefect: PrefectServer, repo: SpecRepo, commit: str, delivery: str) -> Trigger:
@@ -162,21 +168,105 @@ def test_the_pull_step_clones_under_the_directory_it_is_given(
     assert git(cloned, "rev-parse", "HEAD").strip() == head
 
 
-def test_a_merge_locked_to_other_dependencies_than_the_runner_s_says_so(
-    remote: tuple[Path, str, str], tmp_path: Path, caplog: pytest.LogCaptureFixture
+@pytest.fixture
+def project_remote(tmp_path: Path) -> Path:
+    """A bare remote whose main holds this project as the working tree has it, with a
+    marker in flows/spec.py that the runner's copy lacks."""
+    files = git(ROOT, "ls-files", "-z", "--cached", "--others", "--exclude-standard")
+    work, bare = tmp_path / "project", tmp_path / "project.git"
+    for name in filter(None, files.split("\0")):
+        if (ROOT / name).is_file():
+            (work / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, work / name)
+    with (work / "flows" / "spec.py").open("a") as spec:
+        spec.write('\nCLONE_MARKER = "the merge\'s own"\n')
+    git(work, "init", "-q", "-b", "main")
+    git(work, "add", "-A")
+    git(work, "-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-qm", "merge")
+    git(tmp_path, "clone", "-q", "--bare", str(work), str(bare))
+    return bare
+
+
+# As `prefect flow-run execute` runs a deployment's run: the pull step, imported from the
+# runner's copy of the project, then the entry point loaded from the directory it returns.
+_RUN_AS_PREFECT = """
+import json, os, sys
+from pathlib import Path
+from flows.checkout import clone_run_commit
+directory = clone_run_commit(sys.argv[1], parent=sys.argv[2])["directory"]
+os.chdir(directory)
+from prefect.flows import load_flow_from_entrypoint
+load_flow_from_entrypoint("flows/handoff.py:handoff")
+from flows.running_code import WrongCode, ensure_code
+try:
+    ensure_code(Path(directory), where="probe")
+    refused = None
+except WrongCode as exc:
+    refused = str(exc)
+spec = sys.modules["flows.spec"]
+print(json.dumps({"spec": spec.__file__, "marker": hasattr(spec, "CLONE_MARKER"),
+                  "directory": directory, "refused": refused}))
+"""
+
+
+def _run_as_prefect(bare: Path, tmp_path: Path) -> dict[str, object]:
+    scratch = tmp_path / "runs"
+    scratch.mkdir(exist_ok=True)
+    env = {k: v for k, v in os.environ.items() if k != "PREFECT__FLOW_RUN_ID"}
+    done = subprocess.run(
+        [sys.executable, "-c", _RUN_AS_PREFECT, str(bare), str(scratch)],
+        cwd=ROOT,  # the runner's copy of the project, as the flow image's /opt/handoff
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    loaded: dict[str, object] = json.loads(done.stdout.strip().splitlines()[-1])
+    return loaded
+
+
+def test_a_deployments_run_imports_the_merge_commits_modules_not_the_runners(
+    project_remote: Path, tmp_path: Path
 ) -> None:
-    bare, _, _ = remote
-    work = tmp_path / "work"
-    git(tmp_path, "clone", "-q", str(bare), str(work))
-    (work / "uv.lock").write_text("version = 1\n# another lock\n")
-    git(work, "add", "uv.lock")
-    git(work, "-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-qm", "lock")
+    loaded = _run_as_prefect(project_remote, tmp_path)
+    assert loaded["marker"], loaded  # flows.spec as the merge holds it
+    assert str(loaded["spec"]).startswith(str(loaded["directory"])), loaded
+    assert loaded["refused"] is None, loaded
+
+
+def test_a_merge_locked_to_other_dependencies_than_the_runners_is_refused(
+    project_remote: Path, tmp_path: Path
+) -> None:
+    work = tmp_path / "relock"
+    git(tmp_path, "clone", "-q", str(project_remote), str(work))
+    lock = work / "uv.lock"
+    httpx = importlib.metadata.version("httpx")
+    text = lock.read_text()
+    entry = f'name = "httpx"\nversion = "{httpx}"'
+    assert entry in text
+    lock.write_text(text.replace(entry, 'name = "httpx"\nversion = "0.0.1"'))
+    git(work, "-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-qam", "lock")
     git(work, "push", "-q", "origin", "HEAD:main")
-    with caplog.at_level(logging.WARNING, logger="prefect.handoff.checkout"):
-        into = tmp_path / "clone"
-        clone_at(str(bare), branch="main", commit=None, into=into)
-    said = [r.getMessage() for r in caplog.records if "uv.lock" in r.getMessage()]
-    assert said and str(into / "uv.lock") in said[0] and "rebuild" in said[0], said
+    loaded = _run_as_prefect(project_remote, tmp_path)
+    refused = str(loaded["refused"])
+    assert f"httpx {httpx} installed, 0.0.1 locked" in refused, loaded
+    assert "Nothing was written" in refused and "work-pool render" in refused, refused
+
+
+def test_a_merge_run_of_the_project_with_another_copys_modules_is_refused(
+    in_repo: SpecRepo, prefect: PrefectServer
+) -> None:
+    """A tree that holds the project's code (its flows/handoff.py) runs that code or
+    nothing: this process imported the project from another copy."""
+    merge = commit_files(
+        in_repo.work, {"flows/handoff.py": "# the merge's flow\n"}, "the project's code"
+    )
+    failed, message = _run(_emit_merge(prefect, in_repo, merge, f"d-code-{merge[:8]}"))
+    assert failed
+    assert "must run the code of its commit" in message, message
+    assert f"were imported from {ROOT}" in message, message
+    assert "Nothing was written" in message and NO_CLUSTER not in message, message
 
 
 def test_an_unknown_commit_leaves_the_branch_head_and_says_so(
