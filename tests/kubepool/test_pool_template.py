@@ -41,6 +41,8 @@ def test_the_rendered_template_fixes_image_command_and_account() -> None:
     assert pod["containers"][0]["image"] == IMAGE
     assert pod["containers"][0]["args"] == COMMAND
     assert pod["serviceAccountName"] == "handoff"
+    # the audit record's account of the image that ran (flows/source_tree.py)
+    assert {"name": "HANDOFF_FLOW_IMAGE", "value": IMAGE} in pod["containers"][0]["env"]
     assert "cluster_config" not in template["job_configuration"]
     variables = template["variables"]
     # A variable the job's configuration does not name changes nothing (Prefect keeps a
@@ -88,6 +90,7 @@ def test_prefect_refuses_a_run_that_would_change_what_runs_or_as_whom(
                 "REQUESTS_CA_BUNDLE",
                 "PREFECT_API_URL",
                 "HANDOFF_SIGNING_KEY_FILE",
+                "HANDOFF_FLOW_IMAGE",  # the record would name another image than ran
                 # read by OpenSSL and Node, and by none of the above's rules: only an
                 # allow-list refuses what nobody thought to name
                 "OPENSSL_CONF",
