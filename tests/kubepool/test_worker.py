@@ -80,7 +80,8 @@ def test_a_handoff_runs_as_a_kubernetes_job_of_the_worker(
     tmp_path: Path,
 ) -> None:
     api = sandbox.prefect_api_url or ""
-    deployment = pool.deploy(api, flowimage.publish(sandbox.registry_url or ""))
+    image = flowimage.publish(sandbox.registry_url or "")
+    deployment = pool.deploy(api, image)
     # A deployment's run reads specs only from its specs directory.
     specs = tmp_path / "specs"
     specs.mkdir()
@@ -131,5 +132,9 @@ def test_a_handoff_runs_as_a_kubernetes_job_of_the_worker(
     ledger = parse_ledger(svc.metadata.annotations)
     assert ledger is not None and (ledger.strategy, ledger.phase) == ("side-by-side", "done")
     assert history_entries(svc.metadata.annotations)[-1]["outcome"] == "done"
+    # The record names what ran: the clone's own code (not the image's copy), in the image.
+    ran = history_entries(svc.metadata.annotations)[-1]["source"]
+    assert Path(ran["code"]).name.startswith("handoff-main-"), ran  # the pull step's clone
+    assert ran["image"] == image, ran
     after = kube.apps.read_namespaced_deployment("candle-vllm", seeded).spec.template
     assert after != before, "the live Deployment took the candidate's spec"
