@@ -280,6 +280,12 @@ class TeacherForcedFigures(BaseModel):
     kl_max: float
     top_token_agreement: float
     perplexity_ratio: float | None
+    perplexity_positions: int = Field(0, description="positions the ratio averages")
+    perplexity_bounded: int = Field(
+        0,
+        description="of those, positions where a side ranked the text's token below its "
+        "listed top-k: counted at the least listed logprob, an upper bound of its own",
+    )
     kl_along: list[float | None] = Field(default_factory=list, description="per position")
     top_overlap_along: list[float | None] = Field(default_factory=list, description="per position")
 
@@ -306,11 +312,12 @@ def compare_teacher_forced(
     kl_along, overlap_along = along(tops)
     kls = np.array([k for k in kl_along if k is not None])
     agree = [same_argmax(g, c) for g, c in tops]
-    gaps = [
-        g.logprob - c.logprob
-        for g, c in zip(golden, candidate, strict=True)
-        if g.logprob is not None and c.logprob is not None
+    scored = [
+        (_reference_logprob(g, g_top, basis), _reference_logprob(c, c_top, basis))
+        for g, c, (g_top, c_top) in zip(golden, candidate, tops, strict=True)
     ]
+    both = [(g, c) for g, c in scored if g is not None and c is not None]
+    gaps = [g[0] - c[0] for g, c in both]
     return TeacherForcedFigures(
         n_positions=len(golden),
         basis=basis,
@@ -319,9 +326,26 @@ def compare_teacher_forced(
         kl_max=float(kls.max()),
         top_token_agreement=float(np.mean(agree)),
         perplexity_ratio=float(math.exp(np.mean(gaps))) if gaps else None,
+        perplexity_positions=len(both),
+        perplexity_bounded=sum(1 for g, c in both if g[1] or c[1]),
         kl_along=kl_along,
         top_overlap_along=overlap_along,
     )
+
+
+def _reference_logprob(
+    step: TokenStep, top: dict[str, float], basis: Basis
+) -> tuple[float, bool] | None:
+    """The logprob a side gave the reference text's token, and whether it is only a bound:
+    a server that reads it off its top-k (llama-cpp-python's echo) has none where the
+    token ranked lower, exactly the positions a worse candidate adds; dropping them would
+    flatter it, so they count at the least listed logprob. None: the side listed nothing."""
+    if step.logprob is not None:
+        return step.logprob, False
+    listed = top.get(key(step, basis))
+    if listed is not None:
+        return listed, False
+    return (min(top.values()), True) if top else None
 
 
 def same_argmax(golden_top: dict[str, float], candidate_top: dict[str, float]) -> bool:

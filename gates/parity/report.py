@@ -176,7 +176,13 @@ class ParityFigures(Figures):
             "",
             f"Teacher-forced reference ({tf.n_positions} positions): mean KL "
             f"{tf.kl_mean:.3g}, p99 KL {tf.kl_p99:.3g}, top-token agreement "
-            f"{tf.top_token_agreement:.1%}, perplexity ratio {shown.ratio(tf.perplexity_ratio)}.",
+            f"{tf.top_token_agreement:.1%}, perplexity ratio {shown.ratio(tf.perplexity_ratio)}"
+            + (
+                f" ({tf.perplexity_bounded} of its {tf.perplexity_positions} positions at the "
+                "bound a side's top-k gives: the token ranked below it)."
+                if tf.perplexity_bounded
+                else "."
+            ),
         ]
 
     def _check_table(self) -> list[str]:

@@ -203,3 +203,18 @@ def test_without_a_gap_limit_divergences_are_judged_by_top_k_alone() -> None:
         max_gap=None,
     )
     assert not lost.passed
+
+
+def test_perplexity_counts_every_position_a_side_ranked_below_its_top_k() -> None:
+    """A server that gives a prompt token's logprob only from its top-k (llama-cpp-python's
+    echo) leaves it out exactly where that side found the token unlikely: the ratio must
+    count those positions, at the bound the listed alternatives give, not drop them."""
+    golden = [text_step("r", [("r", -0.5), ("s", -1.5)]) for _ in range(20)]
+    ranked_low = text_step("r", [("s", -0.2), ("t", -4.0)])  # "r" below -4.0, unlisted
+    candidate = [text_step("r", [("r", -0.5), ("s", -1.5)]) for _ in range(10)]
+    candidate += [ranked_low] * 10
+    figures = compare_teacher_forced(golden, candidate)
+    assert figures is not None and figures.perplexity_ratio is not None
+    # at least exp(mean(0 x 10, 3.5 x 10)): the candidate is far less sure of the text
+    assert figures.perplexity_ratio >= math.exp(1.75) - 1e-9, figures.perplexity_ratio
+    assert (figures.perplexity_positions, figures.perplexity_bounded) == (20, 10)
