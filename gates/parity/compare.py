@@ -110,10 +110,14 @@ class Divergence(BaseModel):
     def _kind(self) -> str:
         if self.unit == "character":
             return "no logprobs to judge a near-tie"
+        ended = self.golden_token is None or self.candidate_token is None
         if self.near_tie:
-            return "near-tie"
-        if self.golden_token is None or self.candidate_token is None:
-            return "one output ended"
+            return "near-tie: the other nearly ended there too" if ended else "near-tie"
+        if ended:
+            gap = self.golden_gap if self.golden_gap is not None else self.candidate_gap
+            return "one output ended" + (
+                f"; the other preferred going on by {_nats(gap)} nats" if gap is not None else ""
+            )
         if not self.in_each_others_top_k:
             return "not in each other's top-k"
         return f"preferred by {_nats(self.golden_gap)} and {_nats(self.candidate_gap)} nats"
@@ -188,9 +192,12 @@ def compare_completion(
         return PromptParity(**head, divergence=None)
     g = g_steps[position] if position < len(g_steps) else None
     c = c_steps[position] if position < len(c_steps) else None
-    return PromptParity(
-        **head, divergence=divergence_at(position, g, c, basis, top_k=top_k, max_gap=max_gap)
-    )
+    if g is None or c is None:
+        ended_by = (golden if g is None else candidate).finish_reason
+        divergence = early_end(position, g, c, basis, ended_by, top_k=top_k, max_gap=max_gap)
+    else:
+        divergence = divergence_at(position, g, c, basis, top_k=top_k, max_gap=max_gap)
+    return PromptParity(**head, divergence=divergence)
 
 
 def along(
@@ -242,8 +249,8 @@ def divergence_at(
     indifferent (each preferred its own token by at most `max_gap` nats): numeric noise flips
     only near-equal choices, while on a flat distribution top-k membership alone admits any
     swap. `max_gap` None is vLLM's rule alone (what it uses to accept quantized models)."""
-    if g is None or c is None:  # one output ended early: no tie to judge
-        return Divergence(position=position, golden_token=_label(g), candidate_token=_label(c))
+    if g is None or c is None:
+        return early_end(position, g, c, basis, None, top_k=top_k, max_gap=max_gap)
     g_key, c_key = key(g, basis), key(c, basis)
     g_top, c_top = top_by_key(g, basis), top_by_key(c, basis)
     in_top = g_key in _best(c_top, top_k) and c_key in _best(g_top, top_k)
@@ -259,6 +266,40 @@ def divergence_at(
         candidate_gap=candidate_gap,
         in_each_others_top_k=in_top,
         near_tie=in_top and (max_gap is None or (len(gaps) == 2 and max(gaps) <= max_gap)),
+    )
+
+
+def early_end(
+    position: int,
+    g: TokenStep | None,
+    c: TokenStep | None,
+    basis: Basis,
+    ended_by: str | None,
+    *,
+    top_k: int,
+    max_gap: float | None,
+) -> Divergence:
+    """One side ended where the other went on. A server lists no step for the end token it
+    chose (llama.cpp), so the tie is judged on the side that went on: it is a near-tie when
+    the ending side chose to end (finish reason "stop", not "length") and the other listed
+    an end among its top-k (an alternative that renders as nothing) and preferred its own
+    token by at most `max_gap` nats. Partial UTF-8 tokens also render as nothing and count
+    with the end: only a side that did stop makes them one."""
+    going = g if g is not None else c
+    divergence = Divergence(position=position, golden_token=_label(g), candidate_token=_label(c))
+    if going is None or ended_by != "stop":
+        return divergence
+    top = top_by_key(going, basis)
+    ends = {key(a, basis) for a in going.top if a.piece == "" or a.bytes == []}
+    end = max(ends & _best(top, top_k), key=top.__getitem__, default=None)
+    own = key(going, basis)
+    if end is None or own not in top:
+        return divergence
+    gap = top[own] - top[end]
+    near = max_gap is None or gap <= max_gap
+    field = "golden_gap" if g is not None else "candidate_gap"
+    return divergence.model_copy(
+        update={field: gap, "in_each_others_top_k": True, "near_tie": near}
     )
 
 

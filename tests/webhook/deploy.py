@@ -59,9 +59,10 @@ def deploy_all(api_url: str, repository: Path, *, auth: str | None = None) -> st
     server requires, else the suite's); the process deployment's id."""
     auth = auth or os.environ.get("PREFECT_API_AUTH_STRING")
     env = {"PREFECT_API_AUTH_STRING": auth} if auth else {}
-    existing = prefect_cli(api_url, "work-pool", "ls", env=env)
     for pool, kind in POOLS.items():
-        if pool not in existing:
+        # Asked of the API: `prefect work-pool ls` cuts names to the terminal's width.
+        known = httpx.get(f"{api_url}/work_pools/{pool}", headers=basic_auth(auth), timeout=30)
+        if known.status_code == 404:
             with tempfile.TemporaryDirectory() as scratch:
                 create = ["work-pool", "create", pool, "--type", kind]
                 if kind == "process":  # as `handoff work-pool render-process` makes it

@@ -41,7 +41,7 @@ from tests.webhook.deploy import (
 )
 from tests.webhook.runs import read_runs, state_of
 from tests.webhook.servers import PrefectServer, relay_process
-from tests.webhook.specrepo import SpecRepo, install_hook
+from tests.webhook.specrepo import REPO, SpecRepo, install_hook
 from tests.world import service, wait_until
 
 SPEC = "coder-14b-fp16"
@@ -164,12 +164,13 @@ def test_a_merge_is_handed_off_after_approval_in_the_ui(
     ledger = parse_ledger(svc.metadata.annotations)
     assert ledger is not None and (ledger.phase, ledger.approver) == ("done", "Ada Lovelace")
     record = history_entries(svc.metadata.annotations)[-1]
-    assert record["trigger"] == {
+    expected = {
         "source": "forgejo",
         "delivery_id": delivery,
         "merge_commit": merge,
         "repository": "riotpiao-poimen/models",
     }
+    assert {k: record["trigger"].get(k) for k in expected} == expected, record["trigger"]
     [audit] = [
         e for e in history(seeded, handoff_env, prefect) if e.get("flow_run_id") == str(run.id)
     ]
@@ -285,9 +286,14 @@ def test_two_services_hand_off_at_once(
     wait_until(ended, timeout_s=420, what="both handoffs to end", every_s=2.0)
     done = [one_run(daily, prefect, m) for m in (waiting, other)]
     assert [state_of(r) for r in done] == ["Completed", "Completed"], done  # type: ignore[arg-type]
-    for name in ("clef-serve", "coder-predictor"):
-        ledger = parse_ledger(service(kube, seeded, name).metadata.annotations)
+    for name, merge in (("clef-serve", waiting), ("coder-predictor", other)):
+        annotations = service(kube, seeded, name).metadata.annotations
+        ledger = parse_ledger(annotations)
         assert ledger is not None and ledger.phase == "done", (name, ledger)
+        # Each ran its merge's own code: the worker's pull step cloned it and the run
+        # imported the clone's modules, not the worker's copy (flows/running_code.py).
+        ran = history_entries(annotations)[-1]["source"]
+        assert ran["commit"] == merge and ran["code"] == ran["root"] != str(REPO), ran
 
 
 @pytest.mark.slow

@@ -218,3 +218,39 @@ def test_perplexity_counts_every_position_a_side_ranked_below_its_top_k() -> Non
     # at least exp(mean(0 x 10, 3.5 x 10)): the candidate is far less sure of the text
     assert figures.perplexity_ratio >= math.exp(1.75) - 1e-9, figures.perplexity_ratio
     assert (figures.perplexity_positions, figures.perplexity_bounded) == (20, 10)
+
+
+def _ended(*steps: TokenStep, finish: str) -> Completion:
+    return Completion(
+        prompt_id="p1", text="".join(s.piece or "" for s in steps), steps=list(steps),
+        finish_reason=finish,
+    )  # fmt: skip
+
+
+SURE = text_step("a", [("a", -0.01), ("b", -6.0)])
+
+
+@pytest.mark.parametrize(
+    ("going", "finish", "passes"),
+    [
+        # the other side was nearly as ready to end (the end token renders as nothing)
+        ([("b", -0.60), ("", -0.65), ("c", -3.0)], "stop", True),
+        # it was sure to go on: ending there is another answer
+        ([("b", -0.05), ("", -4.0), ("c", -5.0)], "stop", False),
+        # it never considered ending
+        ([("b", -0.60), ("c", -0.65)], "stop", False),
+        # the shorter one ran out of tokens, it did not choose to end
+        ([("b", -0.60), ("", -0.65)], "length", False),
+    ],
+)
+def test_an_early_end_is_judged_as_a_near_tie_on_the_side_that_went_on(
+    going: list[tuple[str, float]], finish: str, passes: bool
+) -> None:
+    """A server lists no step for the end token it chose (llama.cpp), so an end is judged
+    where it can be: the side that went on must have had ending within the gap."""
+    longer = completion(SURE, SURE, text_step(going[0][0], going))
+    shorter = _ended(SURE, SURE, finish=finish)
+    for golden, candidate in ((shorter, longer), (longer, shorter)):
+        result = compare_completion(golden, candidate, top_k=5, max_gap=0.1)
+        assert result.divergence is not None and result.divergence.position == 2
+        assert result.passed is passes, (finish, going, result.divergence)
