@@ -18,6 +18,7 @@ import sys
 import tomllib
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 from flows.errors import PermanentError
 
@@ -54,49 +55,85 @@ def code_root() -> Path:
     return Path(__file__).resolve().parents[1]
 
 
-def foreign_modules(root: Path) -> list[str]:
-    """The project's imported modules that do not come from root."""
+def foreign_modules(root: Path) -> dict[str, Path]:
+    """The project's imported modules that do not come from root, by the root (the parent
+    of their top-level package) each came from."""
     base = root.resolve()
-    return sorted(n for n, f in _project_modules().items() if not f.is_relative_to(base))
+    return {
+        name: path.parents[len(name.split(".")) - (path.name != "__init__.py")]
+        for name, path in sorted(_project_modules().items())
+        if not path.is_relative_to(base)
+    }
 
 
 def _normal(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
+Entry = dict[str, Any]
+
+
 def lock_mismatches(lock: Path) -> list[str]:
-    """What the installed distributions lack of `lock` (uv.lock): each installed package the
-    lock names at a version it does not lock, and each of the project's own unconditional
-    dependencies that is not installed. Empty: the lock is installed."""
+    """What the installed distributions lack of `lock` (uv.lock): each package the project
+    runs with (its dependencies and those of the extras it has installed, not the
+    development tools) installed at a version the lock does not name, and each of its own
+    unconditional dependencies not installed. Empty: the lock is installed."""
     try:
-        packages = tomllib.loads(lock.read_text()).get("package", [])
+        packages: list[Entry] = tomllib.loads(lock.read_text()).get("package", [])
     except (OSError, tomllib.TOMLDecodeError) as exc:
         return [f"{lock} is unreadable ({exc})"]
+    installed: dict[str, str] = {}
+    for dist in importlib.metadata.distributions():  # in path order: the one imported first
+        if dist.metadata["Name"]:
+            installed.setdefault(_normal(dist.metadata["Name"]), dist.version)
+    project = next((p for p in packages if _is_project(p)), {})
     locked: dict[str, set[str]] = {}
-    project: list[dict[str, str]] = []
     for package in packages:
-        source = package.get("source", {})
-        if source.get("editable") == "." or source.get("virtual") == ".":
-            project = package.get("dependencies", [])
-            continue
-        locked.setdefault(_normal(package["name"]), set()).add(str(package.get("version")))
-    installed = {
-        _normal(d.metadata["Name"]): d.version
-        for d in importlib.metadata.distributions()
-        if d.metadata["Name"]
-    }
+        if package is not project and package.get("version") is not None:
+            locked.setdefault(_normal(package["name"]), set()).add(str(package["version"]))
+    runs_with = _reachable(packages, project, installed)
     wrong = [
         f"{name} {version} installed, {' or '.join(sorted(locked[name]))} locked"
         for name, version in sorted(installed.items())
-        if name in locked and version not in locked[name]
+        if name in runs_with and name in locked and version not in locked[name]
     ]
+    direct = project.get("dependencies", [])
     missing = [
         f"{name} not installed, {' or '.join(sorted(locked.get(name, {'?'})))} locked"
         # one with a marker may be another platform's: only an unconditional one must be
-        for name in sorted({_normal(d["name"]) for d in project if "marker" not in d})
+        for name in sorted({_normal(d["name"]) for d in direct if "marker" not in d})
         if name not in installed
     ]
     return wrong + missing
+
+
+def _is_project(package: Entry) -> bool:
+    source = package.get("source", {})
+    return bool(source.get("editable") == "." or source.get("virtual") == ".")
+
+
+def _reachable(packages: list[Entry], project: Entry, installed: dict[str, str]) -> set[str]:
+    """The names the project's dependencies reach in the lock, through the extras each
+    dependency asks for, starting from its own extras that are installed."""
+    by_name: dict[str, list[Entry]] = {}
+    for package in packages:
+        by_name.setdefault(_normal(package["name"]), []).append(package)
+    queue: list[Entry] = list(project.get("dependencies", []))
+    for extra in project.get("optional-dependencies", {}).values():
+        if any(_normal(d["name"]) in installed for d in extra):
+            queue += extra
+    seen: set[tuple[str, tuple[str, ...]]] = set()
+    while queue:
+        wanted = queue.pop()
+        name, extras = _normal(wanted["name"]), tuple(wanted.get("extra", ()))
+        if (name, extras) in seen:
+            continue
+        seen.add((name, extras))
+        for package in by_name.get(name, []):
+            queue += package.get("dependencies", [])
+            for extra_name in extras:
+                queue += package.get("optional-dependencies", {}).get(extra_name, [])
+    return {name for name, _ in seen}
 
 
 def ensure_code(tree: Path, *, where: str) -> None:
@@ -104,11 +141,12 @@ def ensure_code(tree: Path, *, where: str) -> None:
     project: a repository of specs alone runs the runner's) with the dependencies the lock
     beside them names installed."""
     root = tree.resolve()
-    foreign = foreign_modules(root) if (root / ENTRY).is_file() else []
+    foreign = foreign_modules(root) if (root / ENTRY).is_file() else {}
     if foreign:
+        roots = sorted({str(r) for r in foreign.values()})
         raise WrongCode(
             f"{where}: this merge's run must run the code of its commit in {root}, but "
-            f"{_few(foreign)} were imported from {code_root()}. Nothing was written to the "
+            f"{_few(foreign)} were imported from {_few(roots)}. Nothing was written to the "
             "cluster. The deployment's pull step makes the clone's modules the ones "
             "imported (flows/checkout.py, flows/running_code.load_from): check that the "
             "deployment's pull step is `flows.checkout.clone_run_commit`"

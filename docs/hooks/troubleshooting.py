@@ -87,6 +87,10 @@ ADVICE = {
     "which SLO was breached.",
     "WrongCommit": "The worker cloned another commit than the merge's; check "
     "`HANDOFF_REPOSITORY` and that the tree is unmodified.",
+    "WrongCode": "Nothing was written. Build the flow image from the merge commit and render "
+    "the pool with its digest (`handoff work-pool render --image ...`), or `uv sync --frozen` "
+    "the process worker's checkout at that commit; check that the deployment's pull step is "
+    "`flows.checkout.clone_run_commit`.",
     "SigningKeyError": "Check the key file the message names (`handoff keygen` makes a pair).",
     "UnsignedTrigger": "The event did not come from the relay's key: start the relay with "
     "`--event-key` and the worker with the matching `HANDOFF_EVENT_PUBLIC_KEY_FILE`.",

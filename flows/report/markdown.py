@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from flows.capacity import Strategy
 from flows.evidence import Evidence
 from flows.plan import Plan
@@ -117,9 +119,13 @@ def _ran(source: SourceTree) -> str:
     return (
         f"- ran commit `{source.commit or 'unknown'}`"
         + (f" ({', '.join(source.modified)} modified)" if source.modified else "")
-        + (f", code from `{source.code}`" if source.code and source.code != source.root else "")
+        + (f", code from `{source.code}`" if _elsewhere(source.code, source.root) else "")
         + (f", flow image `{source.image}`" if source.image else "")
     )
+
+
+def _elsewhere(code: str | None, root: str) -> bool:
+    return code is not None and Path(code).resolve() != Path(root).resolve()
 
 
 def record_markdown(entry: HandoffRecord, evidence: Evidence | None) -> str:

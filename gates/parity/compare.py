@@ -282,17 +282,16 @@ def early_end(
     """One side ended where the other went on. A server lists no step for the end token it
     chose (llama.cpp), so the tie is judged on the side that went on: it is a near-tie when
     the ending side chose to end (finish reason "stop", not "length") and the other listed
-    an end among its top-k (an alternative that renders as nothing) and preferred its own
-    token by at most `max_gap` nats. Partial UTF-8 tokens also render as nothing and count
-    with the end: only a side that did stop makes them one."""
+    an end among its top-k (an alternative that renders as nothing, `_renders_nothing`)
+    other than its own token, and preferred its own token by at most `max_gap` nats."""
     going = g if g is not None else c
     divergence = Divergence(position=position, golden_token=_label(g), candidate_token=_label(c))
     if going is None or ended_by != "stop":
         return divergence
     top = top_by_key(going, basis)
-    ends = {key(a, basis) for a in going.top if a.piece == "" or a.bytes == []}
-    end = max(ends & _best(top, top_k), key=top.__getitem__, default=None)
     own = key(going, basis)
+    ends = {key(a, basis) for a in going.top if _renders_nothing(a)} - {own}
+    end = max(ends & _best(top, top_k), key=top.__getitem__, default=None)
     if end is None or own not in top:
         return divergence
     gap = top[own] - top[end]
@@ -301,6 +300,12 @@ def early_end(
     return divergence.model_copy(
         update={field: gap, "in_each_others_top_k": True, "near_tie": near}
     )
+
+
+def _renders_nothing(token: Token) -> bool:
+    """An end token: no bytes where the server gives bytes, else an empty text (which a
+    partial UTF-8 token shares: the caller never takes the token a side chose for one)."""
+    return token.bytes == [] if token.bytes is not None else token.piece == ""
 
 
 def _gap(top: dict[str, float], own: str, other: str) -> float | None:
@@ -321,11 +326,14 @@ class TeacherForcedFigures(BaseModel):
     kl_max: float
     top_token_agreement: float
     perplexity_ratio: float | None
-    perplexity_positions: int = Field(0, description="positions the ratio averages")
+    perplexity_positions: int = Field(
+        0, description="positions the ratio averages: those where the golden gave a figure"
+    )
     perplexity_bounded: int = Field(
         0,
-        description="of those, positions where a side ranked the text's token below its "
-        "listed top-k: counted at the least listed logprob, an upper bound of its own",
+        description="of those, positions where the candidate ranked the text's token below "
+        "its listed top-k: counted at its least listed logprob, an upper bound of its own "
+        "(so the ratio is, if anything, kind to the candidate)",
     )
     kl_along: list[float | None] = Field(default_factory=list, description="per position")
     top_overlap_along: list[float | None] = Field(default_factory=list, description="per position")
@@ -357,7 +365,9 @@ def compare_teacher_forced(
         (_reference_logprob(g, g_top, basis), _reference_logprob(c, c_top, basis))
         for g, c, (g_top, c_top) in zip(golden, candidate, tops, strict=True)
     ]
-    both = [(g, c) for g, c in scored if g is not None and c is not None]
+    # Where the golden gave no figure (it ranked the token below its own top-k) there is
+    # nothing to compare with: two unrelated tails would make a ratio of noise.
+    both = [(g, c) for g, c in scored if g is not None and not g[1] and c is not None]
     gaps = [g[0] - c[0] for g, c in both]
     return TeacherForcedFigures(
         n_positions=len(golden),
@@ -368,7 +378,7 @@ def compare_teacher_forced(
         top_token_agreement=float(np.mean(agree)),
         perplexity_ratio=float(math.exp(np.mean(gaps))) if gaps else None,
         perplexity_positions=len(both),
-        perplexity_bounded=sum(1 for g, c in both if g[1] or c[1]),
+        perplexity_bounded=sum(1 for _, c in both if c[1]),
         kl_along=kl_along,
         top_overlap_along=overlap_along,
     )
@@ -380,7 +390,8 @@ def _reference_logprob(
     """The logprob a side gave the reference text's token, and whether it is only a bound:
     a server that reads it off its top-k (llama-cpp-python's echo) has none where the
     token ranked lower, exactly the positions a worse candidate adds; dropping them would
-    flatter it, so they count at the least listed logprob. None: the side listed nothing."""
+    flatter it, so the candidate's count at its least listed logprob. None: the side
+    listed nothing."""
     if step.logprob is not None:
         return step.logprob, False
     listed = top.get(key(step, basis))

@@ -178,8 +178,9 @@ class ParityFigures(Figures):
             f"{tf.kl_mean:.3g}, p99 KL {tf.kl_p99:.3g}, top-token agreement "
             f"{tf.top_token_agreement:.1%}, perplexity ratio {shown.ratio(tf.perplexity_ratio)}"
             + (
-                f" ({tf.perplexity_bounded} of its {tf.perplexity_positions} positions at the "
-                "bound a side's top-k gives: the token ranked below it)."
+                f" (over the {tf.perplexity_positions} positions the golden scored; at "
+                f"{tf.perplexity_bounded} the candidate ranked the token below its top-k and "
+                "counts at the bound that gives)."
                 if tf.perplexity_bounded
                 else "."
             ),

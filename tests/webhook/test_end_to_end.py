@@ -293,7 +293,8 @@ def test_two_services_hand_off_at_once(
         # Each ran its merge's own code: the worker's pull step cloned it and the run
         # imported the clone's modules, not the worker's copy (flows/running_code.py).
         ran = history_entries(annotations)[-1]["source"]
-        assert ran["commit"] == merge and ran["code"] == ran["root"] != str(REPO), ran
+        code, root = Path(ran["code"]).resolve(), Path(ran["root"]).resolve()
+        assert ran["commit"] == merge and code == root != REPO.resolve(), ran
 
 
 @pytest.mark.slow

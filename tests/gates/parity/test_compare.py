@@ -254,3 +254,40 @@ def test_an_early_end_is_judged_as_a_near_tie_on_the_side_that_went_on(
         result = compare_completion(golden, candidate, top_k=5, max_gap=0.1)
         assert result.divergence is not None and result.divergence.position == 2
         assert result.passed is passes, (finish, going, result.divergence)
+
+
+def test_a_token_that_renders_as_nothing_is_no_end_where_bytes_tell_them_apart() -> None:
+    """A partial UTF-8 token (the first bytes of a character) renders as nothing, as the
+    end does; where a server gives bytes, only the token of no bytes ends."""
+
+    def with_bytes(piece_bytes: list[int], top: list[tuple[list[int], float]]) -> TokenStep:
+        alternatives = [Alternative(piece="", bytes=b, logprob=lp) for b, lp in top]
+        return TokenStep(piece="", bytes=piece_bytes, logprob=top[0][1], top=alternatives)
+
+    sure = TokenStep(piece="a", bytes=[97], logprob=-0.01, top=[
+        Alternative(piece="a", bytes=[97], logprob=-0.01)])  # fmt: skip
+    partial = with_bytes([0xE4], [([0xE4], -0.01), ([0xE5], -5.0), ([], -9.0)])
+    shorter = _ended(sure, finish="stop")
+    longer = completion(sure, partial)
+    result = compare_completion(shorter, longer, top_k=5, max_gap=0.1)
+    assert result.basis == "token bytes" and not result.passed, result.divergence
+
+
+def test_the_token_the_other_side_chose_is_never_taken_for_its_end() -> None:
+    """On a server that gives text alone, the side that went on chose a token that renders
+    as nothing (the first bytes of a character): that is not a wish to end."""
+    shorter = _ended(SURE, finish="stop")
+    longer = completion(SURE, text_step("", [("", -0.01), ("b", -5.0)]))
+    assert not compare_completion(shorter, longer, top_k=5, max_gap=0.1).passed
+
+
+def test_positions_where_the_golden_ranked_the_token_below_its_top_k_are_left_out() -> None:
+    """There the golden gives no figure to compare with: two unrelated tails (or a tail and
+    the candidate's own figure) would make a ratio of noise, in either direction."""
+    exact = text_step("r", [("r", -0.5), ("s", -1.5)])
+    golden = [exact] * 10 + [text_step("r", [("s", -0.1), ("t", -2.0)])] * 10
+    candidate = [exact] * 10 + [text_step("r", [("s", -0.1), ("t", -9.0)])] * 5
+    candidate += [text_step("r", [("r", -3.0), ("s", -0.1)])] * 5
+    figures = compare_teacher_forced(golden, candidate)
+    assert figures is not None and figures.perplexity_ratio == pytest.approx(1.0)
+    assert (figures.perplexity_positions, figures.perplexity_bounded) == (10, 0)
