@@ -96,7 +96,7 @@ def test_latency_baseline_is_a_live_pod_on_the_live_port(
             "manifest": str(_candidate_sharing_the_live_label(tmp_path)),
             "port": CANDIDATE_PORT,
         },
-        gates={"parity": None, "latency": {"levels": [1], "margins": margins}},
+        gates={"parity": None, "latency": {"levels": [1], "margins": margins, "rounds": 3}},
     )
     result = run_handoff(spec_file, handoff_env, "--auto-approve")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]

@@ -37,8 +37,8 @@ def test_side_by_side_swap_during_a_long_generation_lets_it_finish(
     handoff_env: dict[str, str],
     tmp_path: Path,
 ) -> None:
-    margins = {"tpot": 3.0, "ttft": 3.0, "itl_p99": 10.0, "throughput": 0.3}
-    spec_file = spec_in(seeded, "clef-candle", tmp_path, gates={"latency": {"margins": margins}})
+    # The drain and the way back do not depend on the gates (smoke still runs).
+    spec_file = spec_in(seeded, "clef-candle", tmp_path, gates={"parity": None, "latency": None})
     url = _url(sandbox, seeded, "clef-serve")
     run = PausingRun.start(spec_file, handoff_env)
     key = run.wait_paused(timeout_s=400)

@@ -30,7 +30,7 @@ def test_the_candidate_reaches_a_target_that_fits_only_after_retirement(
         "clef-candle",
         tmp_path,
         candidate={"replicas": 2},
-        gates={"parity": None, "latency": {"levels": [1], "margins": margins}},
+        gates={"parity": None, "latency": {"levels": [1], "margins": margins, "rounds": 3}},
     )
     url = "http://" + address_of(sandbox.run_dir, seeded, "clef-serve", 80)
     with ClientLoad(url, api=CLIENT_API["clef-serve"], streams=4) as load:

@@ -127,8 +127,10 @@ def test_wrong_answers_roll_back(
     sandbox: SandboxState, kube: Kube, seeded: str, handoff_env: dict[str, str], tmp_path: Path
 ) -> None:
     """The last build without the fix, taken without the provenance requirement."""
+    # Parity decides; latency only has to leave its picture (tests/gates/latency/ test it).
+    quick = {"latency": {"levels": [1], "rounds": 3}}
     spec_file = spec_in(
-        seeded, "clef-candle", tmp_path, image={"tag": "sm70-nofix", "requires": []}
+        seeded, "clef-candle", tmp_path, image={"tag": "sm70-nofix", "requires": []}, gates=quick
     )
     with _clients(sandbox, seeded) as load:
         result = run_handoff(spec_file, handoff_env, "--auto-approve")
