@@ -40,6 +40,14 @@ def record(
     context_text: Annotated[
         Path | None, typer.Option(help="the long text the probes cut (default: built-in)")
     ] = None,
+    token_ids: Annotated[
+        bool,
+        typer.Option(
+            "--token-ids/--token-text",
+            help="name tokens by id where the server offers ids, or by text, which every "
+            "engine gives: --token-text for a handoff to another engine",
+        ),
+    ] = True,
 ) -> None:
     """Greedy answers (completions and chat turns) with top-k logprobs, the teacher-forced
     reference text, next-token probes at growing prompt lengths up to --context-tokens, and
@@ -60,7 +68,9 @@ def record(
 
     try:
         wanted = [name.strip() for name in extensions.split(",") if name.strip()]
-        settings = GoldenSettings(max_tokens=max_tokens, top_k=top_k, extensions=wanted)
+        settings = GoldenSettings(
+            max_tokens=max_tokens, top_k=top_k, extensions=wanted, token_ids=token_ids
+        )
     except ValidationError as exc:
         typer.echo(f"error: --extensions {extensions!r}: expected probes and/or heads", err=True)
         raise typer.Exit(2) from exc

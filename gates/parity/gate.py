@@ -20,6 +20,7 @@ from gates.http.capabilities import Capabilities, discover
 from gates.parity import long_context
 from gates.parity.collect import collect_outputs
 from gates.parity.compare import (
+    basis_of,
     compare_completion,
     compare_heads,
     compare_probes,
@@ -69,6 +70,10 @@ async def collect_candidate(url: str, golden: Golden, *, model_id: str) -> Candi
     """Probe the server at `url` and replay the golden's requests (ServerError if it fails)."""
     async with api.make_client(url, timeout_s=REQUEST_TIMEOUT_S) as client:
         caps = await discover(client, model_id, extensions=tuple(golden.settings.extensions))
+        if not golden.server.token_ids:
+            # The golden's tokens are text (its server gave no ids, or it was recorded by
+            # text for another engine): ask for text, the basis both sides then share.
+            caps = caps.model_copy(update={"token_ids": False})
         outputs = await collect_outputs(
             client, model_id=model_id, settings=golden.settings, caps=caps
         )
@@ -113,12 +118,22 @@ def compare_outputs(
         )
     for name, why in reference.not_collected.items():
         not_compared[name] = f"golden: {why}"
-    teacher_forced = None
-    if reference.reference is not None and candidate.reference is not None:
-        teacher_forced = compare_teacher_forced(reference.reference, candidate.reference)
-    elif reference.reference is not None:
+    teacher_forced, both_scored = None, False
+    if reference.reference is None:
+        pass
+    elif candidate.reference is None:
         why = candidate.not_collected.get("teacher_forced", "not collected")
         not_compared["teacher_forced"] = f"candidate: {why}"
+    elif basis_of(reference.reference, candidate.reference) is None:
+        # Not "another model": the two sides name tokens differently (ids against text).
+        not_compared["teacher_forced"] = (
+            "no common token identity: the golden names tokens by id, the candidate only "
+            "by text (another engine); record the golden by text for this handoff "
+            "(`handoff golden record --token-text`)"
+        )
+    else:
+        both_scored = True
+        teacher_forced = compare_teacher_forced(reference.reference, candidate.reference)
     probes, heads = [], []
     if reference.probes is not None:
         if candidate.probes is None:
@@ -147,7 +162,7 @@ def compare_outputs(
         candidate_url=candidate_url,
         prompts=prompts,
         teacher_forced=teacher_forced,
-        teacher_forced_compared=reference.reference is not None and candidate.reference is not None,
+        teacher_forced_compared=both_scored,
         probes=probes,
         heads=heads,
         long_context=long,

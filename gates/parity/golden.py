@@ -56,6 +56,8 @@ async def record_golden_async(
     async with api.make_client(url, timeout_s=RECORD_TIMEOUT_S) as client:
         resolved = await api.resolve_model_id(client, model_id)
         caps = await discover(client, resolved, extensions=tuple(settings.extensions))
+        if not settings.token_ids:
+            caps = caps.model_copy(update={"token_ids": False})
         settings = settings.model_copy(update={"sampling": caps.greedy_sampling()})
         if settings.long_context is not None and caps.completions_logprobs:
             planned = await long_context.plan(

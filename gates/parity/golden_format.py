@@ -112,6 +112,12 @@ class GoldenSettings(BaseModel):
     long_context: LongContextSettings | None = Field(
         None, description="next-token probes deep into a long prompt; None: not recorded"
     )
+    token_ids: bool = Field(
+        True,
+        description="ask for token ids where the server offers them; False records tokens by "
+        "their text, which every engine gives (llama.cpp lists no ids): the basis a handoff "
+        "to another engine compares on",
+    )
 
 
 class Golden(BaseModel):
