@@ -332,7 +332,7 @@ class TeacherForcedFigures(BaseModel):
     perplexity_bounded: int = Field(
         0,
         description="of those, positions where the candidate ranked the text's token below "
-        "its listed top-k: counted at its least listed logprob, an upper bound of its own "
+        "its listed top-k: counted at its k-th listed logprob, an upper bound of its own "
         "(so the ratio is, if anything, kind to the candidate)",
     )
     kl_along: list[float | None] = Field(default_factory=list, description="per position")
@@ -340,7 +340,7 @@ class TeacherForcedFigures(BaseModel):
 
 
 def compare_teacher_forced(
-    golden: list[TokenStep], candidate: list[TokenStep]
+    golden: list[TokenStep], candidate: list[TokenStep], *, top_k: int | None = None
 ) -> TeacherForcedFigures | None:
     """KL(golden || candidate) per position over the golden's top-k plus an "other" bucket;
     None when the two tokenised the reference text differently (then they are not the same
@@ -362,7 +362,7 @@ def compare_teacher_forced(
     kls = np.array([k for k in kl_along if k is not None])
     agree = [same_argmax(g, c) for g, c in tops]
     scored = [
-        (_reference_logprob(g, g_top, basis), _reference_logprob(c, c_top, basis))
+        (_reference_logprob(g, g_top, basis, top_k), _reference_logprob(c, c_top, basis, top_k))
         for g, c, (g_top, c_top) in zip(golden, candidate, tops, strict=True)
     ]
     # Where the golden gave no figure (it ranked the token below its own top-k) there is
@@ -385,19 +385,24 @@ def compare_teacher_forced(
 
 
 def _reference_logprob(
-    step: TokenStep, top: dict[str, float], basis: Basis
+    step: TokenStep, top: dict[str, float], basis: Basis, top_k: int | None
 ) -> tuple[float, bool] | None:
     """The logprob a side gave the reference text's token, and whether it is only a bound:
     a server that reads it off its top-k (llama-cpp-python's echo) has none where the
     token ranked lower, exactly the positions a worse candidate adds; dropping them would
-    flatter it, so the candidate's count at its least listed logprob. None: the side
+    flatter it, so the candidate's count at its k-th listed logprob. None: the side
     listed nothing."""
     if step.logprob is not None:
         return step.logprob, False
     listed = top.get(key(step, basis))
     if listed is not None:
         return listed, False
-    return (min(top.values()), True) if top else None
+    if not top:
+        return None
+    # The k-th listed, not the least: llama-cpp-python lists one entry beyond the k asked
+    # for (the previous token, under this position's distribution), often far below them.
+    ranked = sorted(top.values(), reverse=True)
+    return ranked[min(top_k or len(ranked), len(ranked)) - 1], True
 
 
 def same_argmax(golden_top: dict[str, float], candidate_top: dict[str, float]) -> bool:

@@ -133,7 +133,9 @@ def compare_outputs(
         )
     else:
         both_scored = True
-        teacher_forced = compare_teacher_forced(reference.reference, candidate.reference)
+        teacher_forced = compare_teacher_forced(
+            reference.reference, candidate.reference, top_k=golden.settings.top_k
+        )
     probes, heads = [], []
     if reference.probes is not None:
         if candidate.probes is None:

@@ -291,3 +291,16 @@ def test_positions_where_the_golden_ranked_the_token_below_its_top_k_are_left_ou
     figures = compare_teacher_forced(golden, candidate)
     assert figures is not None and figures.perplexity_ratio == pytest.approx(1.0)
     assert (figures.perplexity_positions, figures.perplexity_bounded) == (10, 0)
+
+
+def test_the_bound_ignores_an_entry_beyond_the_top_k_the_server_was_asked_for() -> None:
+    """llama-cpp-python's echo adds to each position's top-k one more entry, the previous
+    token's logprob under this position's distribution (often far below the top-k): the
+    bound for a token the candidate ranked below its top-k is the k-th listed, not that."""
+    golden = [text_step("r", [("r", -0.5), ("s", -1.5), ("t", -2.0)]) for _ in range(10)]
+    candidate = [text_step("r", [("r", -0.5), ("s", -1.5), ("t", -2.0)]) for _ in range(9)]
+    candidate.append(text_step("r", [("s", -0.5), ("t", -0.8), ("prev", -14.0)]))  # k = 2
+    figures = compare_teacher_forced(golden, candidate, top_k=2)
+    assert figures is not None and figures.perplexity_bounded == 1
+    # the one bounded position counts at -0.8, the 2nd listed: a gap of 0.3, not 13.5
+    assert figures.perplexity_ratio == pytest.approx(math.exp(0.3 / 10))
