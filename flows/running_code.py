@@ -32,11 +32,15 @@ class WrongCode(PermanentError):
     """A merge's run would run modules or dependencies other than its commit's."""
 
 
+def _ours(module_name: str) -> bool:
+    return module_name.split(".", 1)[0] in PACKAGES
+
+
 def _project_modules() -> dict[str, Path]:
     found: dict[str, Path] = {}
     for name, module in list(sys.modules.items()):
         origin = getattr(module, "__file__", None)
-        if name.split(".", 1)[0] in PACKAGES and origin:
+        if _ours(name) and origin:
             found[name] = Path(origin).resolve()
     return found
 
@@ -44,7 +48,7 @@ def _project_modules() -> dict[str, Path]:
 def load_from(root: Path) -> None:
     """From now on, import the project's modules from root: forget those already imported
     (the pull step's own, from the runner's copy) and put root first on the path."""
-    for name in [n for n in sys.modules if n.split(".", 1)[0] in PACKAGES]:
+    for name in [n for n in sys.modules if _ours(n)]:
         del sys.modules[name]
     sys.path.insert(0, str(root))
     importlib.invalidate_caches()

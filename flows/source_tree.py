@@ -19,6 +19,7 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from flows.errors import PermanentError
+from flows.running_code import code_root
 from flows.spec import HandoffSpec
 
 COMMIT_ENV = "HANDOFF_SOURCE_COMMIT"
@@ -130,7 +131,7 @@ def source_tree(spec: HandoffSpec, spec_file: Path, root: Path) -> SourceTree:
         digest=files_digest(files, read_worktree(root)),
         files=files,
         root=str(root),
-        code=str(Path(__file__).resolve().parents[1]),
+        code=str(code_root()),
         image=os.environ.get(IMAGE_ENV),
     )
 

@@ -238,8 +238,8 @@ def _compare_text(golden: str, candidate: str, head: dict) -> PromptParity:
 
 def divergence_at(
     position: int,
-    g: TokenStep | None,
-    c: TokenStep | None,
+    g: TokenStep,
+    c: TokenStep,
     basis: Basis,
     *,
     top_k: int,
@@ -249,8 +249,6 @@ def divergence_at(
     indifferent (each preferred its own token by at most `max_gap` nats): numeric noise flips
     only near-equal choices, while on a flat distribution top-k membership alone admits any
     swap. `max_gap` None is vLLM's rule alone (what it uses to accept quantized models)."""
-    if g is None or c is None:
-        return early_end(position, g, c, basis, None, top_k=top_k, max_gap=max_gap)
     g_key, c_key = key(g, basis), key(c, basis)
     g_top, c_top = top_by_key(g, basis), top_by_key(c, basis)
     in_top = g_key in _best(c_top, top_k) and c_key in _best(g_top, top_k)
