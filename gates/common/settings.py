@@ -154,7 +154,12 @@ class ParityTolerances(_Settings):
     kl_p99_max: float = Field(0.8, description="teacher-forced p99 KL (nats)")
     top_token_agreement_min: float = Field(0.90, description="share of positions, same argmax")
     log_perplexity_ratio_max: float = Field(
-        0.03, description="teacher-forced |log(perplexity ratio)|: within about 3 %"
+        0.03,
+        description="teacher-forced |log(perplexity ratio)|: within about 3 %, shown by the "
+        "interval at `confidence` (an interval that spans it: no verdict)",
+    )
+    confidence: float = Field(
+        0.95, gt=0, lt=1, description="two-sided interval of the teacher-forced perplexity"
     )
     context_tokens: int | None = Field(
         None,

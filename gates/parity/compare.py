@@ -333,6 +333,11 @@ class TeacherForcedFigures(BaseModel):
         "its listed top-k: counted at its k-th listed logprob, an upper bound of its own "
         "(so the ratio is, if anything, kind to the candidate)",
     )
+    log_gaps: list[float] = Field(
+        default_factory=list,
+        description="per position the ratio averages: the golden's logprob of the text's "
+        "token less the candidate's (the perplexity check's interval is drawn from these)",
+    )
     kl_along: list[float | None] = Field(default_factory=list, description="per position")
     top_overlap_along: list[float | None] = Field(default_factory=list, description="per position")
 
@@ -377,6 +382,7 @@ def compare_teacher_forced(
         perplexity_ratio=float(math.exp(np.mean(gaps))) if gaps else None,
         perplexity_positions=len(both),
         perplexity_bounded=sum(1 for _, c in both if c[1]),
+        log_gaps=gaps,
         kl_along=kl_along,
         top_overlap_along=overlap_along,
     )

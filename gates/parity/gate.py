@@ -27,6 +27,7 @@ from gates.parity.compare import (
     compare_teacher_forced,
 )
 from gates.parity.golden_format import Golden, ModelOutputs
+from gates.parity.perplexity import check_perplexity
 from gates.parity.report import ParityFigures
 
 ParityResult = GateResult[ParityFigures]
@@ -158,6 +159,13 @@ def compare_outputs(
             long = long_context.compare(
                 reference.long_context, candidate.long_context, golden.settings.long_context
             )
+    perplexity = None
+    if teacher_forced is not None:
+        perplexity = check_perplexity(
+            teacher_forced.log_gaps,
+            limit=tolerances.log_perplexity_ratio_max,
+            confidence=tolerances.confidence,
+        )
     return ParityFigures(
         golden_model=golden.model_id,
         candidate_model=candidate_model,
@@ -165,6 +173,7 @@ def compare_outputs(
         prompts=prompts,
         teacher_forced=teacher_forced,
         teacher_forced_compared=both_scored,
+        perplexity=perplexity,
         probes=probes,
         heads=heads,
         long_context=long,
@@ -208,6 +217,9 @@ def _result(figures: ParityFigures, tolerances: ParityTolerances, golden: Golden
             f"no verdict: required comparison(s) {', '.join(missing) or 'any'} could not be "
             "made (" + "; ".join(why or unseen[:3] or ["nothing to compare"]) + ")"
         )
+    elif undecided := figures.undecided():
+        passed = None
+        reason = f"no verdict: {tokens}; " + "; ".join(undecided)
     elif short := context_shortfall(figures, tolerances, golden):
         passed, reason = None, f"no verdict: {short}"
     else:
@@ -218,7 +230,10 @@ def _result(figures: ParityFigures, tolerances: ParityTolerances, golden: Golden
         passed=passed,
         reason=reason,
         figures=figures,
-        evidence=findings + [d for d in divergences if d not in findings] + unseen,
+        evidence=findings
+        + figures.undecided()
+        + [d for d in divergences if d not in findings]
+        + unseen,
     )
 
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 from pydantic import Field
 
@@ -13,6 +11,7 @@ from gates.common.settings import ParityCheck, ParityTolerances
 from gates.http.capabilities import Capabilities
 from gates.parity.compare import HeadCheck, ProbeCheck, PromptParity, TeacherForcedFigures
 from gates.parity.long_context import LongContextFigures
+from gates.parity.perplexity import PerplexityCheck
 
 MAX_DIVERGENCE_ROWS = 20
 DIVERGENCE_HEADER = (
@@ -30,6 +29,9 @@ class ParityFigures(Figures):
     prompts: list[PromptParity] = Field(default_factory=list)
     teacher_forced: TeacherForcedFigures | None = None
     teacher_forced_compared: bool = Field(False, description="both sides scored the text")
+    perplexity: PerplexityCheck | None = Field(
+        None, description="the teacher-forced perplexity ratio's interval against its limit"
+    )
     probes: list[ProbeCheck] = Field(default_factory=list)
     heads: list[HeadCheck] = Field(default_factory=list)
     long_context: LongContextFigures | None = None
@@ -120,18 +122,20 @@ class ParityFigures(Figures):
             found.append(f"teacher-forced mean KL {tf.kl_mean:.3g} above {tolerances.kl_mean_max}")
         if tf.kl_p99 > tolerances.kl_p99_max:
             found.append(f"teacher-forced p99 KL {tf.kl_p99:.3g} above {tolerances.kl_p99_max}")
-        ratio = tf.perplexity_ratio
-        if ratio is not None and abs(math.log(ratio)) > tolerances.log_perplexity_ratio_max:
-            found.append(
-                f"teacher-forced perplexity ratio {shown.ratio(ratio)}: |log| above "
-                f"{tolerances.log_perplexity_ratio_max}"
-            )
+        if self.perplexity is not None and (finding := self.perplexity.finding()):
+            found.append(finding)
         if tf.top_token_agreement < tolerances.top_token_agreement_min:
             found.append(
                 f"teacher-forced top-token agreement {tf.top_token_agreement:.1%} below "
                 f"{tolerances.top_token_agreement_min:.1%}"
             )
         return found
+
+    def undecided(self) -> list[str]:
+        """What the comparisons made could not tell either way (no verdict, when nothing
+        fails): the perplexity ratio's interval spanning its limit."""
+        check = self.perplexity if self.teacher_forced_compared else None
+        return [why] if check is not None and (why := check.undecided()) else []
 
     def markdown(self) -> str:
         lines = [
@@ -176,7 +180,12 @@ class ParityFigures(Figures):
             "",
             f"Teacher-forced reference ({tf.n_positions} positions): mean KL "
             f"{tf.kl_mean:.3g}, p99 KL {tf.kl_p99:.3g}, top-token agreement "
-            f"{tf.top_token_agreement:.1%}, perplexity ratio {shown.ratio(tf.perplexity_ratio)}"
+            f"{tf.top_token_agreement:.1%}, perplexity ratio "
+            + (
+                self.perplexity.interval_text()
+                if self.perplexity is not None
+                else shown.ratio(tf.perplexity_ratio)
+            )
             + (
                 f" (over the {tf.perplexity_positions} positions the golden scored; at "
                 f"{tf.perplexity_bounded} the candidate ranked the token below its top-k and "
