@@ -140,6 +140,10 @@ class ServerOptions(BaseModel):
     rope_freq_scale: float | None = None
     # The server's default aborts a running stream when a new request comes; queue instead.
     interrupt_requests: bool = False
+    # Not a server flag: every evaluation (the prompt's, then each token's) waits this share
+    # of its own duration after it, so the engine is that much slower per token whatever
+    # the machine's load: the latency gate's "slower candidate" on a real engine.
+    eval_stretch: float | None = Field(default=None, gt=0)
 
     def args(self) -> list[str]:
         out = [
@@ -178,10 +182,27 @@ _DRAINING_SERVER = (
 )
 
 
-def server_argv(model: Path, port: int, args: list[str]) -> list[str]:
+_STRETCHED_EVAL = """
+import time, llama_cpp
+_eval = llama_cpp.Llama.eval
+def _stretched(self, tokens):
+    started = time.perf_counter()
+    _eval(self, tokens)
+    time.sleep({stretch!r} * (time.perf_counter() - started))
+llama_cpp.Llama.eval = _stretched
+"""
+
+
+def server_argv(
+    model: Path, port: int, args: list[str], *, eval_stretch: float | None = None
+) -> list[str]:
     """The engine's server (``python -m llama_cpp.server``, draining on SIGTERM) on
-    127.0.0.1:``port``; ``args`` are further server flags."""
-    base = [str(python()), "-c", _DRAINING_SERVER, "--model", str(model)]
+    127.0.0.1:``port``; ``args`` are further server flags; ``eval_stretch``: see
+    ``ServerOptions``."""
+    code = _DRAINING_SERVER
+    if eval_stretch is not None:
+        code = _STRETCHED_EVAL.format(stretch=eval_stretch) + code
+    base = [str(python()), "-c", code, "--model", str(model)]
     return [*base, "--host", "127.0.0.1", "--port", str(port), *args]
 
 
@@ -200,7 +221,9 @@ class LlamaServer:
         self.port = procs.free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = log_dir / f"llamacpp-{variant}-{self.port}.log"
-        argv = server_argv(self.model, self.port, self.options.args())
+        argv = server_argv(
+            self.model, self.port, self.options.args(), eval_stretch=self.options.eval_stretch
+        )
         self._record = procs.spawn(f"llamacpp-{variant}", argv, self.log)
         try:
             wait_answering(self.url, self._record, timeout_s=START_TIMEOUT_S)

@@ -1,0 +1,43 @@
+"""The latency gate on a real engine (llama.cpp serving SmolLM2-135M, no adapter): an
+identical candidate is never failed, and a candidate 15 % slower per token never passes.
+
+The slower candidate is the same engine and model whose every evaluation (the prompt's, then
+each token's) waits 15 % of its own duration after it (`ServerOptions.eval_stretch`): slower
+by that share whatever the machine's load, as a slower kernel would be. The settings are the
+gate's defaults at one stream: llama-cpp-python answers one request at a time and queues the
+rest, so more streams measure its queue, not its tokens."""
+
+from __future__ import annotations
+
+import pytest
+
+from gates.common.settings import LatencySettings
+from gates.latency.gate import run_latency
+from sandbox.engines.llamacpp import ServerOptions, ServerPool
+
+ONE_STREAM = LatencySettings(levels=[1])
+pytestmark = pytest.mark.timeout(600)
+
+
+def test_an_identical_candidate_is_never_failed(llamacpp: ServerPool) -> None:
+    live = llamacpp.get("q4_1")
+    twin = llamacpp.get("q4_1", instance="twin")
+    result = run_latency(twin.url, live.url, ONE_STREAM)
+    assert result.passed is not False, result.markdown()
+    (level,) = result.figures.levels
+    assert level.candidate.n_failed == level.baseline.n_failed == 0
+    assert {c.outcome for c in level.comparisons} == {"no regression"}, result.markdown()
+    # no pass without evidence: a level that passed showed every metric within its margin
+    assert (level.passed is None) == bool(level.undecided), level.undecided
+
+
+def test_a_candidate_fifteen_percent_slower_per_token_never_passes(llamacpp: ServerPool) -> None:
+    live = llamacpp.get("q4_1")
+    slower = llamacpp.get("q4_1", ServerOptions(eval_stretch=0.15))
+    result = run_latency(slower.url, live.url, ONE_STREAM)
+    assert result.passed is not True, result.markdown()
+    (level,) = result.figures.levels
+    tpot = next(c for c in level.comparisons if c.metric == "tpot")
+    assert tpot.ratio is not None and tpot.ratio > 1.05, result.markdown()
+    if result.passed is None:  # it could not show the loss: it says what would
+        assert any("To decide:" in why for why in level.undecided), level.undecided
