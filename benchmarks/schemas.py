@@ -47,11 +47,17 @@ class PowerCell(Frozen):
     unit: Literal["round", "request"] = Field(description="what the bootstrap draws")
     trials: int
     false_alarms: int = Field(description="fails of the identical twin")
-    detections: int = Field(description="fails of the 10 % slower server")
+    detections: int = Field(description="fails of the slower server")
     rounds_used_twin: float
     rounds_used_slow: float
     seconds_per_level: float
     false_alarm_metrics: dict[str, int]
+    twin_passes: int | None = Field(
+        None, description="passes of the identical twin (the rest: no verdict); null: not counted"
+    )
+    slow_passes: int | None = Field(
+        None, description="passes of the slower server (never wanted); null: not counted"
+    )
 
 
 class PowerLevel(Frozen):
@@ -60,12 +66,27 @@ class PowerLevel(Frozen):
     round_s: float = Field(description="mean seconds of one side's round")
     load_1m: float = Field(description="1-minute load average after measuring the level")
     cells: list[PowerCell]
+    tpot_ms: dict[str, float] | None = Field(
+        None, description="median TPOT of each side over every measured round; null: not kept"
+    )
+    ttft_ms: dict[str, float] | None = Field(
+        None, description="median TTFT of each side over every measured round; null: not kept"
+    )
 
 
 class LatencyPowerRecord(Frozen):
     benchmark: Literal["latency_power"] = "latency_power"
     provenance: Provenance
-    profile: str
+    engine: Literal["simulator", "llamacpp"] = Field(
+        "simulator", description="simulated servers (tests.gates.servers) or llama.cpp's"
+    )
+    profile: str = Field(description="the simulator's profile, or llama.cpp's model variant")
+    slower_by: float = Field(
+        0.1,
+        description="the slow side: the simulator's every step this share longer; llama.cpp's "
+        "every evaluation waits this share of its own duration (ServerOptions.eval_stretch)",
+    )
+    threads: int | None = Field(None, description="llama.cpp threads per server")
     collect_rounds: int
     bursts: int = Field(description="bursty CPU hogs beside the servers while measuring")
     levels: list[PowerLevel]

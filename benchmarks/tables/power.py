@@ -5,49 +5,100 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from benchmarks.schemas import LatencyPowerRecord, PowerCell, read
+from benchmarks.schemas import LatencyPowerRecord, PowerCell, PowerLevel, read
 from benchmarks.tables.text import load, n_streams, num, origin, share, table
+
+
+def _sides(record: LatencyPowerRecord) -> str:
+    slower = f"{100 * record.slower_by:g} %"
+    if record.engine == "llamacpp":
+        threads = f"{record.threads} thread{'' if record.threads == 1 else 's'} each"
+        return (
+            f"llama.cpp servers (llama-cpp-python) of SmolLM2-135M-Instruct `{record.profile}`, "
+            f"{threads} (a baseline, an identical twin in its own process, the same engine "
+            f"whose every evaluation waits {slower} of its own duration after it)"
+        )
+    return f"`{record.profile}` servers (a baseline, an identical twin, one {slower} slower)"
 
 
 def _setup(record: LatencyPowerRecord) -> str:
     trials = sorted({cell.trials for level in record.levels for cell in level.cells})
     hogs = f"{record.bursts} bursty CPU hogs beside the servers" if record.bursts else "no hogs"
     return (
-        f"`{record.profile}` servers (a baseline, an identical twin, one 10 % slower), "
+        f"{_sides(record)}, "
         f"{record.collect_rounds} rounds measured a side, {hogs}; "
         f"{' / '.join(map(str, trials))} trials a cell."
     )
 
 
+def _medians(level: PowerLevel) -> str:
+    """Each side's median TPOT and TTFT, and the twin's and the slower side's against the
+    baseline's: the slowdown measured, beside the one asked for."""
+    parts = []
+    for name, medians in (("TPOT", level.tpot_ms), ("TTFT", level.ttft_ms)):
+        if medians is None:
+            continue
+        base = medians["baseline"]
+        parts.append(
+            f"median {name} {num(base)} ms, twin ×{medians['twin'] / base:.3f}, "
+            f"slower ×{medians['slow'] / base:.3f}"
+        )
+    return f" ({'; '.join(parts)})" if parts else ""
+
+
 def _levels(record: LatencyPowerRecord) -> str:
     return "; ".join(
         f"{n_streams(level.streams)}: {level.requests_per_round} requests a round, "
-        f"{num(level.round_s)} s a round, load average {load(level.load_1m)} after measuring"
+        f"{num(level.round_s)} s a round{_medians(level)}, load average "
+        f"{load(level.load_1m)} after measuring"
         for level in record.levels
     )
 
 
+def _outcomes(passes: int | None, fails: int, trials: int) -> str:
+    """Pass / no verdict shares of one side's trials (the fails are their own column)."""
+    if passes is None:
+        return "—"
+    return f"{_percent(passes, trials)} / {_percent(trials - passes - fails, trials)}"
+
+
 def render_run(path: Path) -> str:
-    """Every cell of one run."""
+    """Every cell of one run; where passes were counted, how the trials that did not fail
+    ended (a pass, or no verdict)."""
     record = read(path, LatencyPowerRecord)
+    counted = any(cell.twin_passes is not None for level in record.levels for cell in level.cells)
     header = ["streams", "rounds", "design", "unit", "false alarms", "detection"]
+    if counted:
+        header += ["twin: pass / no verdict", "slower: pass / no verdict"]
     header += ["rounds used, twin / slow", "s per level"]
-    rows = [
-        [
-            str(level.streams),
-            str(cell.rounds),
-            cell.design,
-            cell.unit,
-            share(cell.false_alarms, cell.trials),
-            share(cell.detections, cell.trials),
-            f"{num(cell.rounds_used_twin)} / {num(cell.rounds_used_slow)}",
-            num(cell.seconds_per_level),
-        ]
-        for level in record.levels
-        for cell in level.cells
-    ]
+    rows = []
+    for level in record.levels:
+        for cell in level.cells:
+            row = [
+                str(level.streams),
+                str(cell.rounds),
+                cell.design,
+                cell.unit,
+                share(cell.false_alarms, cell.trials),
+                share(cell.detections, cell.trials),
+            ]
+            if counted:
+                row += [
+                    _outcomes(cell.twin_passes, cell.false_alarms, cell.trials),
+                    _outcomes(cell.slow_passes, cell.detections, cell.trials),
+                ]
+            row += [
+                f"{num(cell.rounds_used_twin)} / {num(cell.rounds_used_slow)}",
+                num(cell.seconds_per_level),
+            ]
+            rows.append(row)
     lines = [origin(path, record.provenance), f"{_setup(record)} {_levels(record)}."]
     return "\n".join([*lines, "", table(header, rows)])
+
+
+def render_each(paths: list[Path]) -> str:
+    """Runs of different settings, one after another, each with every cell."""
+    return "\n\n".join(render_run(path) for path in paths)
 
 
 def _pair(
