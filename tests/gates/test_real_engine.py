@@ -26,7 +26,8 @@ from gates.common.settings import ParityTolerances
 from gates.parity.gate import Candidate, collect_candidate, judge
 from gates.parity.golden import record_golden, record_golden_async
 from gates.parity.golden_format import Golden, GoldenSettings, LongContextSettings
-from sandbox.engines.llamacpp import ServerOptions, ServerPool, Variant
+from gates.smoke import run_smoke
+from sandbox.engines.llamacpp import MODEL_NAME, ServerOptions, ServerPool, Variant
 from tests.gates.conftest import REPO
 
 PROMPTS = REPO / "manifests" / "prompts" / "smollm2.jsonl"
@@ -119,6 +120,14 @@ def test_the_other_benign_variants_pass(
     result = judge(q4_golden, benign_variants[name], ParityTolerances())
     assert result.passed, result.markdown()
     assert result.figures.compared_checks() == ["chat", "completions", "teacher_forced"]
+
+
+def test_smoke_passes_the_engine_and_fails_one_serving_another_model(llamacpp: ServerPool) -> None:
+    served = llamacpp.get("q4_1")
+    assert run_smoke(served.url, model_id=MODEL_NAME).passed
+    other = llamacpp.get("q4_1", ServerOptions(model_alias="another-model"))
+    result = run_smoke(other.url, model_id=MODEL_NAME)
+    assert result.passed is False and "another-model" in result.reason, result.reason
 
 
 def test_zeroed_key_band_fails(q4_golden: Golden, variants: dict[str, Candidate]) -> None:

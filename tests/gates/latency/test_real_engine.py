@@ -41,3 +41,21 @@ def test_a_candidate_fifteen_percent_slower_per_token_never_passes(llamacpp: Ser
     assert tpot.ratio is not None and tpot.ratio > 1.05, result.markdown()
     if result.passed is None:  # it could not show the loss: it says what would
         assert any("To decide:" in why for why in level.undecided), level.undecided
+
+
+def test_a_level_whose_streams_the_engine_cuts_on_both_sides_gets_no_verdict_with_its_cause(
+    llamacpp: ServerPool,
+) -> None:
+    """llama-cpp-python's own default (`interrupt_requests` true) ends a running stream when
+    the next request comes: at 16 streams nearly every answer ends after one token on both
+    sides, and TPOT over the few that finish would compare nothing."""
+    cutting = ServerOptions(interrupt_requests=True)
+    live = llamacpp.get("q4_1", cutting)
+    twin = llamacpp.get("q4_1", cutting, instance="twin")
+    settings = LatencySettings(levels=[16], rounds=3)
+    result = run_latency(twin.url, live.url, settings)
+    assert result.passed is None, result.markdown()
+    (level,) = result.figures.levels
+    assert level.comparisons == [], result.markdown()  # never a comparison over the survivors
+    (why,) = level.undecided
+    assert "baseline requests" in why and "interrupt_requests" in why, why
