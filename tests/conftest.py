@@ -51,7 +51,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     longest_first(items, recorded())
     for item in items:
         fixtures = getattr(item, "fixturenames", ())
-        if "seeded" in fixtures and item.get_closest_marker("timeout") is None:
+        seeds = "seeded" in fixtures or "seeded_for_module" in fixtures
+        if seeds and item.get_closest_marker("timeout") is None:
             item.add_marker(pytest.mark.timeout(SEEDED_TIMEOUT_S))
 
 
@@ -93,6 +94,9 @@ def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SandboxState]:
     manager.down(run_dir)
 
 
+CLEF_SERVE_COLD_START_S = 80.0  # x time_scale 0.05: 4 s
+
+
 def _test_cluster_file(directory: Path) -> Path:
     import yaml
 
@@ -100,6 +104,11 @@ def _test_cluster_file(directory: Path) -> Path:
 
     raw = yaml.safe_load(DEFAULT_CLUSTER_FILE.read_text())
     raw["nodes"].append({"name": SPARE_NODE, "gpus": 4, "gpu_product": "Tesla-V100-PCIE-32GB"})
+    for rule in raw["models"]:
+        if rule.get("server") == "clef-serve":
+            # Every seeded namespace waits for its clef-serve pod: 4 s instead of the
+            # sandbox's 12 (still longer than a startup probe of 2 s, which a test breaks).
+            rule["cold_start_s"] = CLEF_SERVE_COLD_START_S
     path = directory / "test-cluster.yaml"
     path.write_text(yaml.safe_dump(raw))
     return path
@@ -187,4 +196,11 @@ def authed_prefect(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prefect
 from tests.engines.fixtures import llamacpp  # noqa: E402, F401
 
 # The seeds' world (shared by the handoff, RBAC and end-to-end tests, built once).
-from tests.world import handoff_env, kube, seeded, spare_gpus, world  # noqa: E402, F401
+from tests.world import (  # noqa: E402, F401
+    handoff_env,
+    kube,
+    seeded,
+    seeded_for_module,
+    spare_gpus,
+    world,
+)

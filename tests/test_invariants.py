@@ -1,7 +1,8 @@
 """The Service invariant monitor (tests/invariants.py) on the sandbox's control plane: it
 passes on a Service nobody touches and on a plain selector swap, and fails a Service whose
 selector selects nothing (I1, and I3 when it stays so) or the pods of two Deployments at
-once for a few seconds (I2)."""
+once for a few seconds (I2). The tests share one seeded namespace, each putting the
+Service's selector back as it found it."""
 
 from __future__ import annotations
 
@@ -38,24 +39,24 @@ def _invariants(monitor: ServiceMonitor) -> list[str]:
     return sorted({v.invariant for v in monitor.violations()})
 
 
-def test_an_untouched_service_passes(kube: Kube, seeded: str) -> None:
-    with ServiceMonitor(kube, seeded, SERVICE) as monitor:
+def test_an_untouched_service_passes(kube: Kube, seeded_for_module: str) -> None:
+    with ServiceMonitor(kube, seeded_for_module, SERVICE) as monitor:
         time.sleep(3)
     assert monitor.had_ready_at_start
     assert len(monitor.samples) >= 15, monitor.summary()
     assert all(s.ok and s.workloads == {"clef-serve"} for s in monitor.samples), monitor.timeline()
 
 
-def test_a_selector_swap_is_one_instant(kube: Kube, seeded: str) -> None:
+def test_a_selector_swap_is_one_instant(kube: Kube, seeded_for_module: str) -> None:
     """What a handoff's swap does to the routes, measured: the selector moved from one
     Deployment's ready pods to another's (and back) five times. SWAP_GRACE_S is chosen
     from this: the EndpointSlice controller rewrites the slice in one update."""
-    with ServiceMonitor(kube, seeded, SERVICE) as monitor:
+    with ServiceMonitor(kube, seeded_for_module, SERVICE) as monitor:
         for _ in range(5):
-            _select(kube, seeded, {"app": "candle-vllm"})
+            _select(kube, seeded_for_module, {"app": "candle-vllm"})
             _until(monitor, "candle-vllm", lambda s: s.workloads == {"candle-vllm"})
             time.sleep(0.5)
-            _select(kube, seeded, {"app": "clef-serve"})
+            _select(kube, seeded_for_module, {"app": "clef-serve"})
             _until(monitor, "clef-serve", lambda s: s.workloads == {"clef-serve"})
             time.sleep(0.5)
     summary = monitor.summary()
@@ -64,13 +65,13 @@ def test_a_selector_swap_is_one_instant(kube: Kube, seeded: str) -> None:
     assert all(x <= SWAP_GRACE_S for x in summary["mixed_stretches_s"]), monitor.timeline()
 
 
-def test_a_selector_that_selects_nothing_breaks_i1(kube: Kube, seeded: str) -> None:
-    monitor = ServiceMonitor(kube, seeded, SERVICE).start()
+def test_a_selector_that_selects_nothing_breaks_i1(kube: Kube, seeded_for_module: str) -> None:
+    monitor = ServiceMonitor(kube, seeded_for_module, SERVICE).start()
     try:
-        _select(kube, seeded, {"app": "nothing"})
+        _select(kube, seeded_for_module, {"app": "nothing"})
         _until(monitor, "no ready address", lambda s: s.ready == 0)
         time.sleep(0.5)
-        _select(kube, seeded, {"app": "clef-serve"})
+        _select(kube, seeded_for_module, {"app": "clef-serve"})
         _until(monitor, "clef-serve again", lambda s: s.workloads == {"clef-serve"})
     finally:
         monitor.stop()
@@ -80,41 +81,48 @@ def test_a_selector_that_selects_nothing_breaks_i1(kube: Kube, seeded: str) -> N
     assert "selector=app=nothing" in str(raised.value), str(raised.value)
 
 
-def test_a_service_left_empty_breaks_i1_and_i3_unless_declared(kube: Kube, seeded: str) -> None:
-    monitor = ServiceMonitor(kube, seeded, SERVICE).start()
+def test_a_service_left_empty_breaks_i1_and_i3_unless_declared(
+    kube: Kube, seeded_for_module: str
+) -> None:
+    monitor = ServiceMonitor(kube, seeded_for_module, SERVICE).start()
     try:
-        _select(kube, seeded, {"app": "nothing"})
+        _select(kube, seeded_for_module, {"app": "nothing"})
         _until(monitor, "no ready address", lambda s: s.ready == 0)
     finally:
         monitor.stop()
+        _select(kube, seeded_for_module, {"app": "clef-serve"})  # as the next test expects
     assert _invariants(monitor) == ["I1", "I3"], monitor.timeline()
     monitor.allow_outage("the test empties the Service on purpose")
     monitor.check()
 
 
-def test_an_empty_stretch_inside_a_declared_window_passes(kube: Kube, seeded: str) -> None:
+def test_an_empty_stretch_inside_a_declared_window_passes(
+    kube: Kube, seeded_for_module: str
+) -> None:
     with (
-        ServiceMonitor(kube, seeded, SERVICE) as monitor,
+        ServiceMonitor(kube, seeded_for_module, SERVICE) as monitor,
         monitor.allow_empty("as an in-place handoff's outage"),
     ):
-        _select(kube, seeded, {"app": "nothing"})
+        _select(kube, seeded_for_module, {"app": "nothing"})
         _until(monitor, "no ready address", lambda s: s.ready == 0)
-        _select(kube, seeded, {"app": "clef-serve"})
+        _select(kube, seeded_for_module, {"app": "clef-serve"})
         _until(monitor, "clef-serve again", lambda s: s.workloads == {"clef-serve"})
     assert any(s.ok and s.ready == 0 for s in monitor.samples)
 
 
-def test_two_deployments_selected_together_break_i2(kube: Kube, seeded: str) -> None:
+def test_two_deployments_selected_together_break_i2(kube: Kube, seeded_for_module: str) -> None:
     # One pod of each Deployment carries a label the Service then selects.
     for app in ("clef-serve", "candle-vllm"):
-        (pod,) = read.list_pods(kube, seeded, {"app": app})
-        kube.core.patch_namespaced_pod(pod.name, seeded, {"metadata": {"labels": {"mix": "yes"}}})
-    monitor = ServiceMonitor(kube, seeded, SERVICE).start()
+        (pod,) = read.list_pods(kube, seeded_for_module, {"app": app})
+        kube.core.patch_namespaced_pod(
+            pod.name, seeded_for_module, {"metadata": {"labels": {"mix": "yes"}}}
+        )
+    monitor = ServiceMonitor(kube, seeded_for_module, SERVICE).start()
     try:
-        _select(kube, seeded, {"app": None, "mix": "yes"})
+        _select(kube, seeded_for_module, {"app": None, "mix": "yes"})
         _until(monitor, "both", lambda s: s.workloads == {"clef-serve", "candle-vllm"})
         time.sleep(SWAP_GRACE_S + 1.5)
-        _select(kube, seeded, {"app": "clef-serve", "mix": None})
+        _select(kube, seeded_for_module, {"app": "clef-serve", "mix": None})
         _until(monitor, "clef-serve alone", lambda s: s.workloads == {"clef-serve"})
     finally:
         monitor.stop()

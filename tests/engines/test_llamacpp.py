@@ -50,6 +50,14 @@ def test_variants_are_distinct_cached_files() -> None:
     assert model_path("f16") == paths["f16"]  # cached, not derived again
 
 
+def test_quantized_variants_come_from_llama_cpps_own_quantizer() -> None:
+    """Q8_0 and Q4_0 quantized from the F16 file: sizes as their block formats give
+    (8.5 and 4.5 bits a weight, against Q4_1's 5 and F16's 16)."""
+    sizes = {v: model_path(v).stat().st_size for v in ("f16", "q8_0", "q4_1", "q4_0")}
+    assert sizes["f16"] > sizes["q8_0"] > sizes["q4_1"] > sizes["q4_0"], sizes
+    assert model_path("q8_0").name.endswith(".Q8_0.from-F16.gguf")
+
+
 def test_engine_is_built_for_the_fixed_cpu_baseline() -> None:
     # Built for the machine's own CPU, ggml's AVX512/AMX kernels crashed the server on a
     # Q4_1 prompt (general protection fault), and numbers would differ between machines.

@@ -95,6 +95,10 @@ def _history(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str
     )
 
 
+def _in_process(env: dict[str, str], *args: str) -> Result:
+    return CliRunner().invoke(app, ["history", *args], env=env)
+
+
 @pytest.fixture
 def env(sandbox: SandboxState) -> dict[str, str]:
     return {**os.environ, "KUBECONFIG": str(sandbox.kubeconfig), "PREFECT_API_URL": ""}
@@ -112,30 +116,31 @@ def test_default_columns_fit_80_characters(recorded: str, env: dict[str, str]) -
 
 
 def test_wide_json_and_yaml(recorded: str, env: dict[str, str]) -> None:
-    wide = _history(env, "--namespace", recorded, "-o", "wide")
-    assert wide.returncode == 0, wide.stderr
+    """In process from here on: the CLI's own start-up is paid for once, above."""
+    wide = _in_process(env, "--namespace", recorded, "-o", "wide")
+    assert wide.exit_code == 0, wide.output
     assert SERVICE in wide.stdout and "ada.lovelace@example.org" in wide.stdout
     assert "parity:fail" in wide.stdout and "cccccccccccc" in wide.stdout
-    as_json = json.loads(_history(env, "--namespace", recorded, "-o", "json").stdout)
-    as_yaml = yaml.safe_load(_history(env, "--namespace", recorded, "-o", "yaml").stdout)
+    as_json = json.loads(_in_process(env, "--namespace", recorded, "-o", "json").stdout)
+    as_yaml = yaml.safe_load(_in_process(env, "--namespace", recorded, "-o", "yaml").stdout)
     assert as_json == as_yaml
     assert [e["outcome"] for e in as_json] == ["done", "rolled-back"]
-    bad = _history(env, "--namespace", recorded, "-o", "table")
-    assert bad.returncode == 2 and "expected wide, json or yaml" in bad.stdout + bad.stderr
+    bad = _in_process(env, "--namespace", recorded, "-o", "table")
+    assert bad.exit_code == 2 and "expected wide, json or yaml" in bad.output
 
 
 def test_one_handoff_in_full(recorded: str, env: dict[str, str]) -> None:
-    result = _history(env, "--namespace", recorded, "7f00aa11")
-    assert result.returncode == 0, result.stderr
+    result = _in_process(env, "--namespace", recorded, "7f00aa11")
+    assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
     assert lines[3] == "Outcome:    rolled-back"
     assert lines[4] == "Cause:      parity gate: 3 of 8 prompts diverge at token 0"
     assert "  warm             20.5s" in lines and "  parity      fail" in lines
     assert "Approvals:  -" in lines
-    one = json.loads(_history(env, "--namespace", recorded, "0b5c1e2a", "-o", "json").stdout)
+    one = json.loads(_in_process(env, "--namespace", recorded, "0b5c1e2a", "-o", "json").stdout)
     assert one["approver"] == "ada.lovelace@example.org"
-    missing = _history(env, "--namespace", recorded, "ffff")
-    assert missing.returncode == 2 and "found 0" in missing.stdout
+    missing = _in_process(env, "--namespace", recorded, "ffff")
+    assert missing.exit_code == 2 and "found 0" in missing.output
 
 
 def _pixels_near(image: Image.Image, colour: tuple[int, int, int]) -> int:
@@ -146,14 +151,9 @@ def _pixels_near(image: Image.Image, colour: tuple[int, int, int]) -> int:
     )
 
 
-def _in_process(env: dict[str, str], *args: str) -> Result:
-    return CliRunner().invoke(app, ["history", *args], env=env)
-
-
 def test_one_handoffs_timeline_as_a_file(
     recorded: str, env: dict[str, str], tmp_path: Path
 ) -> None:
-    """In process (the CLI's start-up is what the other tests pay for)."""
     pictures = {}
     for run_id in ("0b5c1e2a-done", "7f00aa11-rb"):
         result = _in_process(env, "--namespace", recorded, run_id, "--out", str(tmp_path))

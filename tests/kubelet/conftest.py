@@ -37,7 +37,7 @@ class SandboxKubelet:
 class SandboxImages:
     cadence: str  # no server label: the default profile
     candle: str  # dev.handoff.sim.server=candle-vllm, no faults
-    clef_serve: str  # dev.handoff.sim.server=clef-serve: a cold start of 240 s x time_scale
+    clef_serve: str  # dev.handoff.sim.server=clef-serve: a cold start (tests/conftest.py: 4 s)
 
 
 @pytest.fixture(scope="session")
