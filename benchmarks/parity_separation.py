@@ -10,14 +10,18 @@ the parity gate against each variant, one server at a time:
   wrong), a wrong chat template (chat turns only), and position-dependent changes that only
   long prompts show: the rotary base at 0.5, 2 and 0.8 times the model's, rotary positions
   scaled by 0.9, a context window of 1024 tokens where the Service is used with 2048;
-- quantization: an F16 reference against the shipped Q4_1 (with F16 benign and harmful
-  variants beside it, for scale).
+- quantization: an F16 reference against the shipped Q4_1 (the F16 file is that Q4_1
+  dequantized, so this pair has no quantization error in it) and against Q8_0 and Q4_0
+  quantized from the F16 by llama.cpp's own quantizer (a real quantization error), with
+  F16 benign kernel variants and harmful ones beside them: the bands by kind of change
+  (`ParityTolerances.change`) come from this table.
 
 For every check it prints each variant's figure, the benign and harmful ranges, and the
 margin between them (the mildest harmful figure over the worst benign one), then the verdict
 of the gate's default tolerances for each variant and the rule that decided it.
 
-    uv run python benchmarks/parity_separation.py [--only-q4] [--top-k 8]
+    uv run python benchmarks/parity_separation.py [--reference q4_1|f16|both] [--top-k 8]
+        [--no-long-context] [--parallel N]
 """
 
 from __future__ import annotations
@@ -69,8 +73,12 @@ Q4_CASES = [
     Case("context 1024", "harmful", "q4_1", ServerOptions(n_ctx=1024)),
 ]
 F16_CASES = [
+    Case("f16: restarted", "benign", "f16"),
     Case("f16: flash attention", "benign", "f16", ServerOptions(flash_attn=True)),
-    Case("f16 -> q4_1 (quantized)", "quantization", "q4_1"),
+    Case("f16: f32 KV cache", "benign", "f16", ServerOptions(type_k="f32", type_v="f32")),
+    Case("f16 -> q8_0 (quantized)", "quantization", "q8_0"),
+    Case("f16 -> q4_0 (quantized)", "quantization", "q4_0"),
+    Case("f16 -> q4_1 (dequantized pair)", "quantization", "q4_1"),
     Case("f16: zeroed key band", "harmful", "f16-zkb"),
     Case("f16 -> q4_1 zeroed key band", "harmful", "q4_1-zkb"),
 ]
@@ -92,6 +100,9 @@ class Row:
             "tf top-1 disagreement": 1 - tf.top_token_agreement if tf else None,
             "tf |log ppl ratio|": abs(math.log(tf.perplexity_ratio))
             if tf and tf.perplexity_ratio
+            else None,
+            "tf |log ppl| interval bound": max(abs(f.perplexity.low), abs(f.perplexity.high))
+            if f.perplexity
             else None,
             "greedy tokens differing": 1 - f.n_tokens_identical / max(f.n_tokens_golden, 1),
             "prompts off top-k at divergence": _share(
@@ -116,6 +127,7 @@ CHECKS = [
     "tf p99 KL",
     "tf top-1 disagreement",
     "tf |log ppl ratio|",
+    "tf |log ppl| interval bound",
     "greedy tokens differing",
     "prompts off top-k at divergence",
     "max gap at divergence (nats)",
@@ -144,21 +156,21 @@ def _max_gap(p) -> float | None:  # type: ignore[no-untyped-def]
     return max(gaps) if gaps else None
 
 
-async def record(server: LlamaServer, top_k: int) -> Golden:
+async def record(server: LlamaServer, top_k: int, *, long_context: bool) -> Golden:
     settings = GoldenSettings(
         top_k=top_k,
         prompts=load_prompts(PROMPTS),
         reference_text=REFERENCE.read_text(),
         probe_prompt=REFERENCE.read_text(),
-        long_context=LongContextSettings(tokens=CONTEXT_TOKENS),
+        long_context=LongContextSettings(tokens=CONTEXT_TOKENS) if long_context else None,
     )
     return await record_golden_async(server.url, model_id=None, settings=settings)
 
 
-def golden_from(reference: Variant, logs: Path, top_k: int) -> Golden:
+def golden_from(reference: Variant, logs: Path, top_k: int, *, long_context: bool) -> Golden:
     with LlamaServer(reference, ServerOptions(), log_dir=logs) as server:
         start = time.perf_counter()
-        golden = asyncio.run(record(server, top_k))
+        golden = asyncio.run(record(server, top_k, long_context=long_context))
     print(
         f"golden from {reference}: {len(golden.outputs.reference or [])} teacher-forced "
         f"positions, {sum(len(c.steps) for c in golden.outputs.completions)} greedy tokens "
@@ -219,13 +231,20 @@ def _fmt(value: float | None) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--only-q4", action="store_true", help="skip the F16 reference")
+    parser.add_argument("--reference", choices=["q4_1", "f16", "both"], default="both")
     parser.add_argument("--top-k", type=int, default=8, help="logprobs per position")
     parser.add_argument("--parallel", type=int, default=1, help="servers run side by side")
+    parser.add_argument(
+        "--no-long-context",
+        action="store_true",
+        help="skip the 2,000-token probes (minutes a side; the position-dependent cases "
+        "then show only the short checks)",
+    )
     args = parser.parse_args()
     load = os.getloadavg()
     print(f"machine: {os.cpu_count()} cores, load average {load[0]:.2f} {load[1]:.2f}")
-    references: list[Variant] = ["q4_1"] if args.only_q4 else ["q4_1", "f16"]
+    references: list[Variant] = ["q4_1", "f16"] if args.reference == "both" else [args.reference]
+    long_context = not args.no_long_context
     with (
         tempfile.TemporaryDirectory(prefix="parity-bench-") as tmp,
         ThreadPoolExecutor(args.parallel) as pool,
@@ -234,16 +253,20 @@ def main() -> None:
         goldens = dict(
             zip(
                 references,
-                pool.map(lambda v: golden_from(v, logs, args.top_k), references),
+                pool.map(
+                    lambda v: golden_from(v, logs, args.top_k, long_context=long_context),
+                    references,
+                ),
                 strict=True,
             )
         )
-        jobs = [(c, goldens["q4_1"]) for c in Q4_CASES]
+        jobs = [(c, goldens["q4_1"]) for c in Q4_CASES if "q4_1" in goldens]
         jobs += [(c, goldens["f16"]) for c in F16_CASES if "f16" in goldens]
         rows = list(pool.map(lambda job: run_case(job[0], job[1], logs), jobs))
-    print_table("Q4_1 reference (f16 KV cache, 1 thread)", rows[: len(Q4_CASES)])
+    if "q4_1" in goldens:
+        print_table("Q4_1 reference (f16 KV cache, 1 thread)", rows[: len(Q4_CASES)])
     if "f16" in goldens:
-        print_table("F16 reference", rows[len(Q4_CASES) :])
+        print_table("F16 reference", [r for r in rows if r.case in F16_CASES])
     load = os.getloadavg()
     print(f"\nload average after: {load[0]:.2f} {load[1]:.2f}")
 
