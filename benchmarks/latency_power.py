@@ -8,8 +8,8 @@ sequential).
    servers of one `--profile` (tests/gates/servers.py), the slower one with every step
    `--slower-by` longer. `--engine llamacpp`: llama.cpp servers of SmolLM2-135M-Instruct Q4_1
    (sandbox/engines/llamacpp.py, set up by sandbox/setup.sh; one thread each), the slower
-   one the same engine whose every evaluation waits `--slower-by` of its own duration after
-   it (`ServerOptions.eval_stretch`); requests are shaped as the gate shapes them for that
+   one the same engine whose every token waits `--slower-by` of the work it took
+   (`ServerOptions.eval_stretch`); requests are shaped as the gate shapes them for that
    server (its extensions: `min_tokens` keeps every answer at max_tokens). Only one stream:
    llama-cpp-python answers one request at a time and queues the rest, so more streams
    would measure its queue, not its tokens.

@@ -84,7 +84,7 @@ class LatencyPowerRecord(Frozen):
     slower_by: float = Field(
         0.1,
         description="the slow side: the simulator's every step this share longer; llama.cpp's "
-        "every evaluation waits this share of its own duration (ServerOptions.eval_stretch)",
+        "every token waits this share of the work it took (ServerOptions.eval_stretch)",
     )
     threads: int | None = Field(None, description="llama.cpp threads per server")
     collect_rounds: int

@@ -16,7 +16,7 @@ def _sides(record: LatencyPowerRecord) -> str:
         return (
             f"llama.cpp servers (llama-cpp-python) of SmolLM2-135M-Instruct `{record.profile}`, "
             f"{threads} (a baseline, an identical twin in its own process, the same engine "
-            f"whose every evaluation waits {slower} of its own duration after it)"
+            f"whose every token waits {slower} of the work it took)"
         )
     return f"`{record.profile}` servers (a baseline, an identical twin, one {slower} slower)"
 

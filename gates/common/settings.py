@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 DEFAULT_LATENCY_PROMPTS = (
     "Write a Python function that merges two sorted lists.",
@@ -127,6 +127,31 @@ class LatencySettings(_Settings):
 
 
 ParityCheck = Literal["completions", "chat", "teacher_forced", "probes", "heads", "long_context"]
+Change = Literal["kernels", "quantization", "model"]
+# Limits by what a handoff changes, from `benchmarks/parity_separation.py` on llama.cpp
+# (SmolLM2-135M, an F16 reference, 303 teacher-forced positions; docs/gates.md, "Bands by
+# kind of change"): each at about the geometric midpoint between the worst figure of the
+# changes the band passes and the mildest of those it must not.
+PARITY_BANDS: dict[str, dict[str, float]] = {
+    # Same weights, another engine or kernels: flash attention and an f32 KV cache on F16
+    # measure mean KL <= 0.0010, p99 <= 2.7e-5, no top-1 change, |log ppl| bound <= 0.0004;
+    # a quantization of the same weights (F16 -> Q4_1 pair, Q8_0) 0.025, 0.25, 2.3 %, 0.009.
+    "kernels": {
+        "kl_mean_max": 0.005,
+        "kl_p99_max": 0.003,
+        "top_token_agreement_min": 0.99,
+        "log_perplexity_ratio_max": 0.002,
+    },
+    # A new quantization or layout of the same model: the defaults (Q8_0 from F16 measures
+    # mean KL 0.032, p99 0.29, 3.6 %, bound 0.012; the zeroed key band 0.32, 1.7, 25 %, 0.30).
+    "quantization": {},
+}
+MODEL_CHANGE = (
+    "parity does not apply when the model itself changes (change: model): its golden "
+    "outputs are another model's, and every comparison would fail; leave parity out and "
+    "gate the new model on its clients' tasks (gates.task, with a margin), as the coder "
+    "handoff does"
+)
 
 
 class ParityTolerances(_Settings):
@@ -135,6 +160,15 @@ class ParityTolerances(_Settings):
     `benchmarks/parity_separation.py` measured on llama.cpp (docs/gates.md, "Gates on real
     servers")."""
 
+    change: Change | None = Field(
+        None,
+        description="what the handoff changes, which sets the limits not given here: "
+        "'kernels' (the same weights on another engine or kernels: tight, measured on F16 "
+        "weights; a 4-bit model's kernels move it as far as a quantization, so use "
+        "'quantization' there), 'quantization' (a new quantization or layout: the "
+        "defaults), 'model' (refused: parity does not apply, the task gate does); None: "
+        "the defaults",
+    )
     require: list[ParityCheck] | None = Field(
         None,
         description="comparisons without which there is no verdict (a side that cannot give "
@@ -178,3 +212,13 @@ class ParityTolerances(_Settings):
     context_trend_alpha: float = Field(
         0.05, description="long context: one-sided significance of KL growing with position"
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _band(cls, data: Any) -> Any:
+        """The band of `change` fills the limits the caller left out (theirs win)."""
+        if not isinstance(data, dict) or data.get("change") is None:
+            return data
+        if data["change"] == "model":
+            raise ValueError(MODEL_CHANGE)
+        return {**PARITY_BANDS.get(data["change"], {}), **data}

@@ -66,7 +66,7 @@ class OthersMeter:
     async def _read(self) -> float | None:
         if not self.load.seen:
             return None
-        url = f"{self.client.base_url}{METRICS_PATH.lstrip('/')}"
+        url = f"{str(self.client.base_url).rstrip('/')}{METRICS_PATH}"  # as httpx merges it
         try:
             answer = await self.client.get(METRICS_PATH)
         except httpx.HTTPError as exc:

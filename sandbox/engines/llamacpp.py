@@ -152,8 +152,9 @@ class ServerOptions(BaseModel):
     # The server's default aborts a running stream when a new request comes; queue instead.
     interrupt_requests: bool = False
     # Not a server flag: every evaluation (the prompt's, then each token's) waits this share
-    # of its own duration after it, so the engine is that much slower per token whatever
-    # the machine's load: the latency gate's "slower candidate" on a real engine.
+    # of the work since the last one (its own and the Python around it), so the engine is
+    # that much slower per token whatever the machine's load: the latency gate's "slower
+    # candidate" on a real engine.
     eval_stretch: float | None = Field(default=None, gt=0)
 
     def args(self) -> list[str]:
@@ -193,13 +194,24 @@ _DRAINING_SERVER = (
 )
 
 
+# Each token costs an evaluation and the Python around it (sampling, logprobs, streaming):
+# on SmolLM2-135M the evaluation is about half. So the wait is a share of the whole cycle,
+# from the end of the previous wait to the end of this evaluation (a gap over 0.5 s is
+# idleness between requests, not work); a wait that overslept is repaid from the next.
 _STRETCHED_EVAL = """
 import time, llama_cpp
-_eval = llama_cpp.Llama.eval
+_eval, _state = llama_cpp.Llama.eval, {{"last": 0.0, "owed": 0.0}}
 def _stretched(self, tokens):
     started = time.perf_counter()
     _eval(self, tokens)
-    time.sleep({stretch!r} * (time.perf_counter() - started))
+    ended = time.perf_counter()
+    between = started - _state["last"]
+    work = (ended - started) + (between if between < 0.5 else 0.0)
+    _state["owed"] += {stretch!r} * work
+    if _state["owed"] > 0:
+        time.sleep(_state["owed"])
+    _state["last"] = time.perf_counter()
+    _state["owed"] -= _state["last"] - ended
 llama_cpp.Llama.eval = _stretched
 """
 

@@ -70,7 +70,7 @@ def test_pod_runs_the_real_engine_with_its_args(
 def test_unknown_model_is_a_container_config_error(
     core: client.CoreV1Api, namespace: str, kubelet: SandboxKubelet
 ) -> None:
-    main = objects.container(_engine_image(kubelet, "q8_0"), args=ARGS)
+    main = objects.container(_engine_image(kubelet, "q2_k"), args=ARGS)
     core.create_namespaced_pod(namespace, objects.pod("nomodel", objects.pod_spec(main)))
 
     def waiting(pod: client.V1Pod) -> bool:
@@ -84,4 +84,4 @@ def test_unknown_model_is_a_container_config_error(
         core, namespace, "nomodel", waiting, timeout_s=60, what="CreateContainerConfigError"
     )
     message = pod.status.container_statuses[0].state.waiting.message
-    assert "q8_0" in message and "q4_1" in message
+    assert "q2_k" in message and "q4_1" in message

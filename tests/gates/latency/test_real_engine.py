@@ -2,8 +2,9 @@
 identical candidate is never failed, and a candidate 15 % slower per token never passes.
 
 The slower candidate is the same engine and model whose every evaluation (the prompt's, then
-each token's) waits 15 % of its own duration after it (`ServerOptions.eval_stretch`): slower
-by that share whatever the machine's load, as a slower kernel would be. The settings are the
+each token's) waits 15 % of the work since the previous wait, its own and the Python around
+it (`ServerOptions.eval_stretch`; measured on a quiet machine: inter-token latency ×1.15):
+slower by that share whatever the machine's load, as a slower kernel would be. The settings are the
 gate's defaults at one stream: llama-cpp-python answers one request at a time and queues the
 rest, so more streams measure its queue, not its tokens."""
 
@@ -29,6 +30,8 @@ def test_an_identical_candidate_is_never_failed(llamacpp: ServerPool) -> None:
     assert {c.outcome for c in level.comparisons} == {"no regression"}, result.markdown()
     # no pass without evidence: a level that passed showed every metric within its margin
     assert (level.passed is None) == bool(level.undecided), level.undecided
+    # llama-cpp-python keeps no token counter: the baseline's other load is named unseen
+    assert f"GET {live.url}/metrics answered HTTP 404" in result.markdown(), result.markdown()
 
 
 def test_a_candidate_fifteen_percent_slower_per_token_never_passes(llamacpp: ServerPool) -> None:
@@ -37,8 +40,10 @@ def test_a_candidate_fifteen_percent_slower_per_token_never_passes(llamacpp: Ser
     result = run_latency(slower.url, live.url, ONE_STREAM)
     assert result.passed is not True, result.markdown()
     (level,) = result.figures.levels
+    # TPOT was never shown within its margin: the interval reaches past it. (The ratio
+    # itself is the machine's to move: beside other work its interval is ±20 %.)
     tpot = next(c for c in level.comparisons if c.metric == "tpot")
-    assert tpot.ratio is not None and tpot.ratio > 1.05, result.markdown()
+    assert tpot.ratio_high is not None and tpot.ratio_high > tpot.margin, result.markdown()
     if result.passed is None:  # it could not show the loss: it says what would
         assert any("To decide:" in why for why in level.undecided), level.undecided
 
