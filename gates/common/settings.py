@@ -85,6 +85,13 @@ class LatencySettings(_Settings):
         "on the machine stalls every stream of a round at once; from 3 rounds a side, "
         "single requests before) or single requests",
     )
+    paired: bool = Field(
+        True,
+        description="draw the bootstrap's units in pairs: each candidate unit with the "
+        "baseline's from the same round and place (the same prompt, adjacent in time), so "
+        "drift of the machine and prompt lengths both sides share cancel; unpaired where "
+        "the two sides' units do not match",
+    )
     transport: Literal["native", "httpx"] = Field(
         "native", description="streaming transport; https:// and proxies always use httpx"
     )

@@ -53,6 +53,23 @@ def mann_whitney_greater(x: ArrayLike, y: ArrayLike) -> float:
     return 0.5 * math.erfc(z / math.sqrt(2))
 
 
+def wilcoxon_greater(differences: ArrayLike) -> float:
+    """One-sided p-value for "the differences tend to be above zero" (Wilcoxon's signed
+    ranks; zeros dropped, normal approximation with tie and continuity corrections)."""
+    d = np.asarray(differences, dtype=float)
+    d = d[d != 0]
+    if d.size == 0:
+        return 0.5  # no pair differs: no evidence either way
+    ranks, tie_sizes = _ranks(np.abs(d))
+    w_plus = ranks[d > 0].sum()
+    n = d.size
+    variance = n * (n + 1) * (2 * n + 1) / 24 - float((tie_sizes**3 - tie_sizes).sum()) / 48
+    if variance <= 0:
+        return 0.5
+    z = (w_plus - n * (n + 1) / 4 - 0.5) / math.sqrt(variance)
+    return 0.5 * math.erfc(z / math.sqrt(2))
+
+
 def _ranks(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Average ranks (1-based) and the size of every group of tied values."""
     order = np.argsort(values, kind="mergesort")
@@ -72,15 +89,22 @@ def bootstrap_ratio(
     confidence: float,
     n_resamples: int,
     seed: int,
+    paired: bool = False,
 ) -> Interval:
     """Interval of statistic(candidate) / statistic(baseline), resampling whole units.
 
     A unit is one request's array of values (one value for TTFT, all its gaps for ITL), or
-    a round's: its requests' arrays joined.
+    a round's: its requests' arrays joined. ``paired``: unit i of each side ran at the same
+    place in the run (the same round and prompt), and each draw takes the same units of
+    both, so what the two shared (the machine's drift, the prompt's length) cancels.
     """
     rng = np.random.default_rng(seed)
-    cand_draws = _resampled_statistics(candidate, statistic, n_resamples, rng)
-    base_draws = _resampled_statistics(baseline, statistic, n_resamples, rng)
+    if paired and len(candidate) != len(baseline):
+        raise ValueError(f"paired units differ in number: {len(candidate)} and {len(baseline)}")
+    cand_picks = _picks(len(candidate), n_resamples, rng)
+    base_picks = cand_picks if paired else _picks(len(baseline), n_resamples, rng)
+    cand_draws = _resampled_statistics(candidate, statistic, cand_picks)
+    base_draws = _resampled_statistics(baseline, statistic, base_picks)
     point = float(statistic(np.concatenate(candidate)) / statistic(np.concatenate(baseline)))
     low, high = percentile_interval(cand_draws / base_draws, confidence)
     return Interval(point=point, low=low, high=high)
@@ -95,16 +119,20 @@ def bootstrap_interval(
     seed: int,
 ) -> Interval:
     """Interval of statistic(units) itself, e.g. the candidate's p95 against an SLO."""
-    draws = _resampled_statistics(units, statistic, n_resamples, np.random.default_rng(seed))
+    picks = _picks(len(units), n_resamples, np.random.default_rng(seed))
+    draws = _resampled_statistics(units, statistic, picks)
     low, high = percentile_interval(draws, confidence)
     return Interval(point=float(statistic(np.concatenate(units))), low=low, high=high)
 
 
+def _picks(n: int, n_resamples: int, rng: np.random.Generator) -> np.ndarray:
+    return rng.integers(0, n, size=(n_resamples, n))
+
+
 def _resampled_statistics(
-    units: Sequence[np.ndarray], statistic: Statistic, n_resamples: int, rng: np.random.Generator
+    units: Sequence[np.ndarray], statistic: Statistic, picks: np.ndarray
 ) -> np.ndarray:
-    n = len(units)
-    picks = rng.integers(0, n, size=(n_resamples, n))
+    n_resamples = len(picks)
     if len({unit.size for unit in units}) == 1:  # equal-sized units: whole blocks at once
         matrix = np.stack(units)
         rows = max(1, _BLOCK_VALUES // matrix.size)

@@ -54,6 +54,9 @@ class CellSamples:
     n_ended_early: int = 0  # successful requests the model ended (EOS) before max_tokens
     # Per request, the round it ran in when rounds are the bootstrap's unit; empty: requests.
     units: tuple[int, ...] = ()
+    # Per request, (round, place in its round): where it ran, the same on both sides of a
+    # level (the same prompt, adjacent rounds), so the two can be paired. Empty: unknown.
+    places: tuple[tuple[int, int], ...] = ()
 
     @classmethod
     def from_runs(cls, runs: list[Run], *, by_round: bool = False) -> CellSamples:
@@ -62,19 +65,19 @@ class CellSamples:
         they are not independent: only whole rounds are."""
         records = [record for run in runs for record in run.records]
         metrics: list[RequestMetrics] = []
-        rounds: list[int] = []
+        places: list[tuple[int, int]] = []
         for number, run in enumerate(runs):
-            for record in run.records:
+            for place, record in enumerate(run.records):
                 if (m := compute_request_metrics(record)) is not None:
                     metrics.append(m)
-                    rounds.append(number)
+                    places.append((number, place))
         errors = Counter(_error_kind(r.error) for r in records if r.error is not None)
         errors.update("no token events" for r in records if r.error is None and not r.ok)
         guessed = sum(r.ok and r.n_out_source == "events" for r in records)
         early = sum(r.ok and r.ended_early for r in records)
         duration_s = sum(run.duration_s for run in runs)
-        units = tuple(rounds) if by_round else ()
-        return cls(metrics, len(records), errors, duration_s, guessed, early, units)
+        units = tuple(number for number, _ in places) if by_round else ()
+        return cls(metrics, len(records), errors, duration_s, guessed, early, units, tuple(places))
 
     def _found(self, values: PerRequest) -> Iterator[tuple[int, np.ndarray]]:
         """(position, `values`) of each request that has any."""
@@ -89,11 +92,29 @@ class CellSamples:
     def resampling_units(self, values: PerRequest) -> list[np.ndarray]:
         """`values` joined into the units the bootstrap draws whole: one per request, or
         one per round (`from_runs`)."""
-        unit_of = self.units or range(len(self.metrics))
-        grouped: dict[int, list[np.ndarray]] = {}
+        return list(self.keyed_units(values).values())
+
+    def keyed_units(self, values: PerRequest) -> dict[object, np.ndarray]:
+        """The resampling units by where they ran: a round's number, or a request's
+        (round, place) when requests are the units and their places are known."""
+        key_of: Callable[[int], object]
+        if self.units:
+            key_of = self.units.__getitem__
+        elif self.places:
+            key_of = self.places.__getitem__
+        else:
+            key_of = int
+        grouped: dict[object, list[np.ndarray]] = {}
         for position, found in self._found(values):
-            grouped.setdefault(unit_of[position], []).append(found)
-        return [np.concatenate(parts) for parts in grouped.values()]
+            grouped.setdefault(key_of(position), []).append(found)
+        return {key: np.concatenate(parts) for key, parts in grouped.items()}
+
+    def by_place(self, values: PerRequest) -> dict[tuple[int, int], np.ndarray]:
+        """`values` of each request that has any, by its (round, place); empty when the
+        places are unknown."""
+        if not self.places:
+            return {}
+        return {self.places[position]: found for position, found in self._found(values)}
 
     def values_ms(self, field: str) -> np.ndarray:
         """One value per request: `ttft`, `e2el` or `tpot` in ms."""

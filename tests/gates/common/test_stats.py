@@ -61,3 +61,31 @@ def test_bootstrap_resamples_ragged_units_whole() -> None:
     units = [np.array([1.0, 1.0, 1.0]), np.array([2.0]), np.array([3.0, 3.0])]
     interval = stats.bootstrap_interval(units, stats.p99, confidence=0.98, n_resamples=200, seed=0)
     assert 1.0 <= interval.low <= interval.point <= interval.high <= 3.0
+
+
+def test_wilcoxon_signed_ranks_one_sided() -> None:
+    ten = np.arange(1.0, 11.0)
+    # every pair above: W+ = 55 of 55; normal approximation z = 2.75
+    assert stats.wilcoxon_greater(ten) == pytest.approx(0.00296, abs=5e-5)
+    assert stats.wilcoxon_greater(-ten) > 0.99
+    assert 0.4 < stats.wilcoxon_greater(np.concatenate([ten, -ten])) < 0.6
+    assert stats.wilcoxon_greater(np.zeros(8)) == 0.5  # no pair differs: no evidence
+
+
+def test_a_paired_interval_draws_the_same_units_of_both_sides() -> None:
+    """Units that share a large common factor (the prompt, the machine's drift) give a
+    tight paired ratio, a wide unpaired one."""
+    rng = np.random.default_rng(5)
+    shared = rng.uniform(50, 500, 30)
+    candidate = [np.array([v * rng.normal(1, 0.01)]) for v in shared]
+    baseline = [np.array([v * rng.normal(1, 0.01)]) for v in shared]
+
+    def ratio(cand: list[np.ndarray], base: list[np.ndarray], paired: bool) -> stats.Interval:
+        return stats.bootstrap_ratio(
+            cand, base, stats.median, confidence=0.98, n_resamples=1000, seed=0, paired=paired
+        )
+
+    paired, apart = ratio(candidate, baseline, True), ratio(candidate, baseline, False)
+    assert paired.high - paired.low < 0.05 < apart.high - apart.low
+    with pytest.raises(ValueError, match="differ in number"):
+        ratio(candidate, baseline[1:], True)

@@ -14,6 +14,7 @@ from gates.latency.cell import CellSamples
 from gates.latency.compare import compare_cells
 from gates.latency.metrics import RequestMetrics
 from gates.latency.slo import check_slos
+from gates.latency.verdict import surely_within
 
 SETTINGS = LatencySettings(bootstrap_resamples=400)
 N_OUT = 16
@@ -121,3 +122,64 @@ def test_slo_is_judged_on_the_p95_upper_bound(slo: Slo, met: bool) -> None:
     checks = check_slos(cell(ttft_ms=100, gap_ms=20), slo, SETTINGS)
     assert [c.met for c in checks] == [met]
     assert checks[0].p95_upper_ms >= checks[0].p95_ms
+
+
+def placed(
+    *, scale: float, rounds: int = 9, drift: float = 0.5, noise: float = 0.02, seed: int = 0
+) -> CellSamples:
+    """Requests as a 1-stream level runs them: 3 prompts a round whose lengths set TTFT
+    (40, 150, 600 ms), a machine whose speed drifts from round to round by up to `drift`
+    (the same for both sides: their rounds alternate), `noise` of each request's own."""
+    rng = np.random.default_rng(seed)
+    machine = np.random.default_rng(99).uniform(1, 1 + drift, rounds)
+    metrics, places = [], []
+    for number in range(rounds):
+        for place, prompt_ms in enumerate((40.0, 150.0, 600.0)):
+            slow = scale * machine[number]
+            ttft = int(prompt_ms * 1e6 * slow * rng.normal(1, noise))
+            gaps = tuple(int(15e6 * slow * rng.normal(1, noise)) for _ in range(N_OUT - 1))
+            metrics.append(
+                RequestMetrics(
+                    ttft_ns=ttft,
+                    e2el_ns=ttft + sum(gaps),
+                    itl_ns=gaps,
+                    n_out=N_OUT,
+                    n_events=N_OUT,
+                    queue_ns=0,
+                )
+            )
+            places.append((number, place))
+    n = len(metrics)
+    return CellSamples(metrics, n, Counter(), duration_s=1.0, places=tuple(places))
+
+
+def test_pairs_by_round_and_prompt_cancel_what_both_sides_share() -> None:
+    """Prompt lengths and the machine's drift move both sides alike: drawn unpaired they
+    spread the interval past the margins and an identical candidate cannot be shown
+    within them; drawn in pairs they cancel, it passes, and a 20 % slower one still
+    regresses."""
+    baseline = placed(scale=1.0, seed=1)
+    unpaired = SETTINGS.model_copy(update={"paired": False})
+    same = {c.metric: c for c in compare_cells(placed(scale=1.0, seed=2), baseline, SETTINGS)}
+    apart = {c.metric: c for c in compare_cells(placed(scale=1.0, seed=2), baseline, unpaired)}
+    assert all(c.paired for c in same.values()) and not any(c.paired for c in apart.values())
+    assert not surely_within(apart["ttft"]) and not surely_within(apart["throughput"]), apart
+    assert all(surely_within(c) for c in same.values()), same
+    assert "paired interval" in same["ttft"].reason
+    slower = {c.metric: c.outcome for c in compare_cells(placed(scale=1.2), baseline, SETTINGS)}
+    assert slower == dict.fromkeys(["tpot", "ttft", "itl_p99", "throughput"], "regressed")
+
+
+def test_a_request_without_its_counterpart_leaves_its_pair_out() -> None:
+    baseline = placed(scale=1.0, seed=1)
+    candidate = placed(scale=1.0, seed=2)
+    # the candidate's first request failed: no metrics, so no place
+    lost = CellSamples(
+        candidate.metrics[1:], candidate.n_requests, Counter({"timeout": 1}), 1.0,
+        places=candidate.places[1:],
+    )  # fmt: skip
+    (ttft,) = (c for c in compare_cells(lost, baseline, SETTINGS) if c.metric == "ttft")
+    assert ttft.paired and surely_within(ttft), ttft
+    # units whose places are unknown (a side built by hand) are drawn unpaired
+    bare = CellSamples(candidate.metrics, candidate.n_requests, Counter(), 1.0)
+    assert not any(c.paired for c in compare_cells(bare, baseline, SETTINGS))
