@@ -50,6 +50,7 @@ BLOCKS = (
     Block("client-accuracy-quiet", "client_accuracy_quiet.json", lambda p: accuracy.render(p[0])),
     Block("client-accuracy-loaded", "client_accuracy_loaded.json", lambda p: accuracy.render(p[0])),
     Block("latency-power-quiet", "latency_power_quiet.json", lambda p: power.render_run(p[0])),
+    Block("latency-power-llamacpp", "latency_power_llamacpp_*.json", power.render_each),
     Block("latency-bursts", "latency_bursts_*.json", power.render_runs),
 )
 

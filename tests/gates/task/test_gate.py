@@ -397,6 +397,10 @@ def test_the_coder_task_gate_passes_a_working_candidate_and_fails_a_forgetful_on
     clean = run_task(model_server("fp16-14b-tp2", *FAST).url, suite, rule, golden=golden)
     assert clean.passed, clean.reason
     assert clean.figures.loss is not None and clean.figures.loss.high <= 10
+    # the README's figures for the shipped suite: 32 cases kept bound the loss within 7.8
+    # points (Newcombe's one-sided 95 % bound); a loss is shown from 5 cases lost
+    assert clean.figures.loss.high == pytest.approx(7.80, abs=0.01)
+    assert clean.figures.detectable_cases == 5
     broken = model_server("fp16-14b-tp2", *FAST, "--fault", "forgets_answers")
     failed = run_task(broken.url, suite, rule, golden=golden)
     assert failed.passed is False and failed.figures.lost >= 5, failed.reason
