@@ -44,14 +44,19 @@ def container_words(container: V1Container) -> list[str]:
     return [*(container.command or []), *(container.args or []), *env]
 
 
-def served_model_name(words: list[str]) -> str | None:
-    """The value of ``--served-model-name`` (vLLM's flag), if the container sets one."""
+def flag_value(words: list[str], flag: str) -> str | None:
+    """The value of ``flag`` (``--flag=v`` or ``--flag v``), if the container sets it."""
     for i, word in enumerate(words):
-        if word.startswith("--served-model-name="):
+        if word.startswith(f"{flag}="):
             return word.split("=", 1)[1]
-        if word == "--served-model-name" and i + 1 < len(words):
+        if word == flag and i + 1 < len(words):
             return words[i + 1]
     return None
+
+
+def served_model_name(words: list[str]) -> str | None:
+    """The value of ``--served-model-name`` (vLLM's flag), if the container sets one."""
+    return flag_value(words, "--served-model-name")
 
 
 def server_argv(
@@ -84,6 +89,11 @@ def server_argv(
         faults.append("crash_on_start")
     if rule.surface != "openai":
         argv += ["--surface", rule.surface]
+    # vLLM's own flag: how long SIGTERM lets running requests go on (0, its default: none),
+    # in real seconds like the grace period. Left out, the simulated server drains until
+    # none runs, as a long timeout would.
+    if (shutdown_timeout := flag_value(words, "--shutdown-timeout")) is not None:
+        argv += ["--shutdown-timeout-s", _seconds(shutdown_timeout, "--shutdown-timeout")]
     # A request's simulated duration (sandbox_duration_s) runs on the cluster's clock.
     argv += ["--delay-scale", str(cluster.time_scale)]
     cold_start_s = str(rule.cold_start_s * cluster.time_scale)
@@ -95,6 +105,16 @@ def server_argv(
     for fault in dict.fromkeys(faults):
         argv += ["--fault", fault]
     return argv
+
+
+def _seconds(value: str, flag: str) -> str:
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = -1.0
+    if seconds < 0:
+        raise ContainerConfigError(f"{flag} {value!r}: expected seconds, a number >= 0")
+    return str(seconds)
 
 
 # Flags the node decides, not the pod: the image holds the model, the kubelet the address.

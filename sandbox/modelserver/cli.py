@@ -45,6 +45,10 @@ def model_server(
         float, typer.Option(help="real seconds per simulated second a request asks to last")
     ] = 1.0,
     realtime: Annotated[bool, typer.Option(help="SCHED_FIFO pacing threads if permitted")] = True,
+    shutdown_timeout_s: Annotated[
+        float | None,
+        typer.Option(help="after SIGTERM, abort requests running this long (0: at once)"),
+    ] = None,
     print_config: Annotated[
         bool, typer.Option(help="print the resolved configuration as JSON and exit")
     ] = False,

@@ -43,6 +43,12 @@ class ServerConfig(BaseModel):
     realtime: bool = Field(
         True, description="SCHED_FIFO for the pacing threads when the OS permits (less jitter)"
     )
+    shutdown_timeout_s: float | None = Field(
+        None,
+        ge=0,
+        description="vLLM's --shutdown-timeout: after SIGTERM, requests still running this "
+        "long are aborted (0, vLLM's default: at once); None drains until none runs",
+    )
 
     @model_validator(mode="after")
     def _known_profile(self) -> ServerConfig:

@@ -1,6 +1,8 @@
 """Wiring one model-server process: model, engine, HTTP handler, until drained.
 
-SIGTERM starts a drain: new requests get 503, accepted ones finish, then the process exits 0.
+SIGTERM starts a drain: new requests get 503, accepted ones finish, then the process exits 0;
+with `shutdown_timeout_s` (vLLM's `--shutdown-timeout`) those still running that long after
+it are cut.
 """
 
 from __future__ import annotations
@@ -78,6 +80,7 @@ async def _serve(config: ServerConfig, spec: ModelSpec, sock: socket.socket) -> 
             begin_drain=runtime.lifecycle.begin_drain,
             drained=lambda: runtime.lifecycle.drained,
             on_listening=lambda: _announce(runtime.lifecycle, f"http://{host}:{port}"),
+            abort_after_s=config.shutdown_timeout_s,
         )
     finally:
         runtime.engine.stop()

@@ -67,6 +67,10 @@ SETUP_OUTAGES = {
         "coder-predictor",
         "the users' kubectl apply rolls the coder Deployment out (Recreate strategy)",
     ),
+    "live_server_aborts_after_sigterm": (
+        "clef-serve",
+        "the live Deployment rolls out with --shutdown-timeout (Recreate strategy)",
+    ),
 }
 
 

@@ -1,7 +1,11 @@
 """A side-by-side handoff approved while a long generation runs on the old pods (minutes
 of simulated time, seconds here) lets it finish: the old Deployment goes to 0 only after
 it, no client request fails, the report names the drain's signal and wait, and the
-history shows what going back to the retired workload would cost."""
+history shows what going back to the retired workload would cost.
+
+The live server gives running requests 5 s after SIGTERM and then aborts them (vLLM's
+`--shutdown-timeout 5`; its default, 0, aborts at once), shorter than the long generation:
+stopping the old pods before it ended would cut it, whatever the kubelet's grace period."""
 
 from __future__ import annotations
 
@@ -13,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from flows.kube.client import Kube
+from flows.kube.wait import wait_rolled_out
 from flows.ledger import history_entries
 from sandbox.state import SandboxState
 from sandbox.traffic import ClientLoad
@@ -37,6 +42,7 @@ def test_side_by_side_swap_during_a_long_generation_lets_it_finish(
     handoff_env: dict[str, str],
     tmp_path: Path,
 ) -> None:
+    live_server_aborts_after_sigterm(kube, seeded, "clef-serve", seconds=5)
     # The drain and the way back do not depend on the gates (smoke still runs).
     spec_file = spec_in(seeded, "clef-candle", tmp_path, gates={"parity": None, "latency": None})
     url = _url(sandbox, seeded, "clef-serve")
@@ -80,6 +86,22 @@ def test_side_by_side_swap_during_a_long_generation_lets_it_finish(
     )
     assert "Drained:\n  clef-serve: " in shown and "by vllm:num_requests_running" in shown
     assert "Way back:\n  clef-serve: about " in shown, shown
+
+
+def live_server_aborts_after_sigterm(
+    kube: Kube, namespace: str, name: str, *, seconds: int
+) -> None:
+    """The Deployment's server started with `--shutdown-timeout seconds`, rolled out (its
+    Recreate strategy empties the Service meanwhile: a declared setup outage)."""
+    live = kube.apps.read_namespaced_deployment(name, namespace)
+    (container,) = live.spec.template.spec.containers
+    args = [*(container.args or []), "--shutdown-timeout", str(seconds)]
+    kube.apps.patch_namespaced_deployment(
+        name,
+        namespace,
+        {"spec": {"template": {"spec": {"containers": [{"name": container.name, "args": args}]}}}},
+    )
+    wait_rolled_out(kube, namespace, name, deadline_s=120)
 
 
 def _history(env: dict[str, str], namespace: str, handoff_id: str) -> str:

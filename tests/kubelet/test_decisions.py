@@ -142,6 +142,19 @@ def test_served_model_name_overrides_the_profile_id() -> None:
     assert _flag(argv, "--model-id") == ["coder"]
 
 
+def test_vllms_shutdown_timeout_reaches_the_server_in_real_seconds() -> None:
+    model = ["--model", "x-gptq"]
+    assert _flag(_argv("vllm", [*model, "--shutdown-timeout", "0"]), "--shutdown-timeout-s") == [
+        "0.0"
+    ]
+    assert _flag(_argv("vllm", [*model, "--shutdown-timeout=45"]), "--shutdown-timeout-s") == [
+        "45.0"
+    ]
+    assert _flag(_argv("vllm", model), "--shutdown-timeout-s") == []  # drains until done
+    with pytest.raises(ContainerConfigError, match="--shutdown-timeout 'soon': expected seconds"):
+        _argv("vllm", [*model, "--shutdown-timeout", "soon"])
+
+
 def test_unknown_server_label_is_a_config_error() -> None:
     with pytest.raises(ContainerConfigError, match="models table"):
         _argv("tgi", ["--model", "x"])

@@ -1,5 +1,7 @@
 """SIGTERM drains like a well-behaved server: requests already streaming run to their last
-token and [DONE], new requests (and /health) get 503 meanwhile, and the process exits 0."""
+token and [DONE], new requests (and /health) get 503 meanwhile, and the process exits 0.
+With vLLM's `--shutdown-timeout` (`shutdown_timeout_s`; 0 is vLLM's default) streams still
+running that long after the signal are cut, as vLLM aborts them."""
 
 from __future__ import annotations
 
@@ -23,8 +25,8 @@ TOKENS = 60
 CADENCE_MS = 50.0
 
 
-async def streams_with_sigterm(server: ServerProcess) -> tuple[list[StreamResult], list[int]]:
-    """Open the streams, send SIGTERM once every stream has a token, then ask for more."""
+def open_streams(server: ServerProcess) -> tuple[asyncio.Task[list[StreamResult]], asyncio.Event]:
+    """The streams, and an event set once every one has a token."""
     streaming: set[int] = set()
     all_streaming = asyncio.Event()
 
@@ -36,6 +38,12 @@ async def streams_with_sigterm(server: ServerProcess) -> tuple[list[StreamResult
 
     bodies = [load_body(max_tokens=TOKENS)] * STREAMS
     streams = asyncio.create_task(run_streams(server.base_url, bodies, on_event=on_event))
+    return streams, all_streaming
+
+
+async def streams_with_sigterm(server: ServerProcess) -> tuple[list[StreamResult], list[int]]:
+    """Open the streams, send SIGTERM once every stream has a token, then ask for more."""
+    streams, all_streaming = open_streams(server)
     # The client exists before the signal: building one loads the CA bundle, which took
     # 0.5-2 s on a loaded machine, longer than a short drain lasts. A new connection for
     # each request: the drain closes idle kept-alive ones, racing a reuse.
@@ -117,3 +125,21 @@ def test_a_kept_alive_connection_open_at_sigterm_gets_its_next_answer_then_a_clo
         assert headers.get("connection") == "close", headers
         assert sock.recv(1) == b"", "the connection stayed open after its last answer"
     assert server.proc.wait(30) == 0
+
+
+def test_a_shutdown_timeout_cuts_the_streams_still_running() -> None:
+    """vLLM's default, `--shutdown-timeout 0`: SIGTERM aborts what runs; the clients see
+    broken streams, never [DONE]."""
+    config = ServerConfig(profile="cadence", port=0, cadence_ms=CADENCE_MS, shutdown_timeout_s=0)
+    server = start(config)
+
+    async def cut() -> list[StreamResult]:
+        streams, all_streaming = open_streams(server)
+        await asyncio.wait_for(all_streaming.wait(), 30)
+        server.proc.terminate()
+        return await streams
+
+    results = asyncio.run(cut())
+    assert server.proc.wait(30) == 0
+    assert results and not any(r.done for r in results), results[:2]
+    assert all(r.token_events < TOKENS for r in results)
