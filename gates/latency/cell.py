@@ -89,13 +89,9 @@ class CellSamples:
         """`values` of each request that has any."""
         return [found for _, found in self._found(values)]
 
-    def resampling_units(self, values: PerRequest) -> list[np.ndarray]:
-        """`values` joined into the units the bootstrap draws whole: one per request, or
-        one per round (`from_runs`)."""
-        return list(self.keyed_units(values).values())
-
     def keyed_units(self, values: PerRequest) -> dict[object, np.ndarray]:
-        """The resampling units by where they ran: a round's number, or a request's
+        """`values` joined into the units the bootstrap draws whole, one per request or one
+        per round (`from_runs`), by where they ran: a round's number, or a request's
         (round, place) when requests are the units and their places are known."""
         key_of: Callable[[int], object]
         if self.units:
@@ -116,13 +112,13 @@ class CellSamples:
             return {}
         return {self.places[position]: found for position, found in self._found(values)}
 
+    def joined(self, values: PerRequest) -> np.ndarray:
+        """`values` of every request that has any, in one array."""
+        return np.concatenate(self.per_request(values) or [np.empty(0)])
+
     def values_ms(self, field: str) -> np.ndarray:
         """One value per request: `ttft`, `e2el` or `tpot` in ms."""
-        return np.concatenate(self.per_request(scalar_ms(field)) or [np.empty(0)])
-
-    def itl_ms(self) -> list[np.ndarray]:
-        """Each request's gaps, one array per request."""
-        return self.per_request(gaps_ms)
+        return self.joined(scalar_ms(field))
 
     def output_tokens(self) -> int:
         return sum(m.n_out for m in self.metrics)
@@ -184,7 +180,7 @@ def summarise_cell(samples: CellSamples, *, label: str, concurrency: int, slo: S
     metrics = samples.metrics
     tpot_v, ttft_v = samples.values_ms("tpot"), samples.values_ms("ttft")
     tpot, ttft = summarise(tpot_v), summarise(ttft_v)
-    itl = np.concatenate(samples.itl_ms() or [np.empty(0)])
+    itl = samples.joined(gaps_ms)
     # no successful request: no throughput figure (0 tok/s would read as a measurement)
     throughput = (
         samples.output_tokens() / samples.duration_s if metrics and samples.duration_s > 0 else None

@@ -88,7 +88,7 @@ def _compare(
 ) -> Comparison:
     margin = getattr(settings.margins, spec.name)
     head = {"metric": spec.name, "worse_when": spec.worse_when, "margin": margin}
-    worse, better = _ranked(candidate, spec), _ranked(baseline, spec)
+    worse, better = candidate.joined(spec.ranked), baseline.joined(spec.ranked)
     if min(worse.size, better.size) < settings.min_samples:
         reason = (
             f"{worse.size} candidate and {better.size} baseline samples; "
@@ -120,10 +120,6 @@ def _compare(
     )
 
 
-def _ranked(cell: CellSamples, spec: _MetricSpec) -> np.ndarray:
-    return np.concatenate(cell.per_request(spec.ranked) or [np.empty(0)])
-
-
 def _p_value(
     spec: _MetricSpec, candidate: CellSamples, baseline: CellSamples, *, paired: bool
 ) -> float:
@@ -134,7 +130,7 @@ def _p_value(
     if spec.worse_when == "lower":
         worse, better = better, worse
     if not paired:
-        return stats.mann_whitney_greater(_ranked(worse, spec), _ranked(better, spec))
+        return stats.mann_whitney_greater(worse.joined(spec.ranked), better.joined(spec.ranked))
     mine, theirs = worse.by_place(spec.ranked), better.by_place(spec.ranked)
     common = [place for place in mine if place in theirs]
     ratios = np.array([mine[place][0] / theirs[place][0] for place in common])

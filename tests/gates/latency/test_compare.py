@@ -20,25 +20,23 @@ SETTINGS = LatencySettings(bootstrap_resamples=400)
 N_OUT = 16
 
 
+def request(
+    ttft_ms: float, gap_ms: float, rng: np.random.Generator, noise: float
+) -> RequestMetrics:
+    """One synthetic request: TTFT and every gap jittered by `noise` (relative)."""
+    ttft = int(ttft_ms * 1e6 * rng.normal(1, noise))
+    gaps = tuple(int(gap_ms * 1e6 * rng.normal(1, noise)) for _ in range(N_OUT - 1))
+    return RequestMetrics(
+        ttft_ns=ttft, e2el_ns=ttft + sum(gaps), itl_ns=gaps, n_out=N_OUT, n_events=N_OUT, queue_ns=0
+    )
+
+
 def cell(
     *, ttft_ms: float, gap_ms: float, n: int = 20, noise: float = 0.02, seed: int = 0
 ) -> CellSamples:
-    """Synthetic requests: TTFT and every gap jittered by `noise` (relative)."""
+    """Synthetic requests, each jittered alike."""
     rng = np.random.default_rng(seed)
-    metrics = []
-    for _ in range(n):
-        ttft = int(ttft_ms * 1e6 * rng.normal(1, noise))
-        gaps = tuple(int(gap_ms * 1e6 * rng.normal(1, noise)) for _ in range(N_OUT - 1))
-        metrics.append(
-            RequestMetrics(
-                ttft_ns=ttft,
-                e2el_ns=ttft + sum(gaps),
-                itl_ns=gaps,
-                n_out=N_OUT,
-                n_events=N_OUT,
-                queue_ns=0,
-            )
-        )
+    metrics = [request(ttft_ms, gap_ms, rng, noise) for _ in range(n)]
     return CellSamples(metrics, n, Counter(), duration_s=1.0)
 
 
@@ -136,18 +134,7 @@ def placed(
     for number in range(rounds):
         for place, prompt_ms in enumerate((40.0, 150.0, 600.0)):
             slow = scale * machine[number]
-            ttft = int(prompt_ms * 1e6 * slow * rng.normal(1, noise))
-            gaps = tuple(int(15e6 * slow * rng.normal(1, noise)) for _ in range(N_OUT - 1))
-            metrics.append(
-                RequestMetrics(
-                    ttft_ns=ttft,
-                    e2el_ns=ttft + sum(gaps),
-                    itl_ns=gaps,
-                    n_out=N_OUT,
-                    n_events=N_OUT,
-                    queue_ns=0,
-                )
-            )
+            metrics.append(request(prompt_ms * slow, 15.0 * slow, rng, noise))
             places.append((number, place))
     n = len(metrics)
     return CellSamples(metrics, n, Counter(), duration_s=1.0, places=tuple(places))
