@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from flows.errors import PermanentError
 from flows.kube import read
@@ -25,6 +25,7 @@ from flows.kube.objects import (
     ServicePort,
     at_current_revision,
 )
+from gates.latency.slots import Slots, slots_in_args
 
 
 class BaselineError(PermanentError):
@@ -43,6 +44,7 @@ class PodIdentity(BaseModel):
     port: int
     node: str | None = None
     gpus: int = 0
+    slots: Slots | None = Field(None, description="requests it runs at once, from its flags")
 
     def describe(self) -> str:
         owner = f"ReplicaSet `{self.replica_set}` (revision {self.revision or '?'})"
@@ -170,7 +172,20 @@ def identify_pod(kube: Kube, namespace: str, pod: str, port: int) -> PodIdentity
         port=port,
         node=snapshot.node,
         gpus=snapshot.gpus,
+        slots=_slots(snapshot),
     )
+
+
+def _slots(pod: PodSnapshot) -> Slots | None:
+    """The slots a container's command line sets (vLLM's `--max-num-seqs`, llama.cpp's
+    `--parallel`); None where none says, and the gate keeps its levels."""
+    for container, argv in pod.argv.items():
+        found = slots_in_args(argv)
+        if found is not None:
+            count, flag = found
+            where = f"`{flag}` of container `{container}`, pod `{pod.name}`"
+            return Slots(count=count, source=where)
+    return None
 
 
 def check_distinct(baseline: PodIdentity, candidate: PodIdentity) -> None:

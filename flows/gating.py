@@ -200,10 +200,17 @@ def _latency(
     candidate = identify_pod(run.kube, ns, candidate_pod, run.spec.candidate.port)
     baseline = live.pod
     if baseline is None:
-        gate = run_latency_async(candidate_url, None, settings, candidate_model=model)
+        gate = run_latency_async(
+            candidate_url, None, settings, candidate_model=model, slots=candidate.slots
+        )
         return _within(run, "latency", budget, gate, bounded, candidate=candidate)
     check_distinct(baseline, candidate)
-    gate = run_latency_async(candidate_url, live.url(baseline), settings, candidate_model=model)
+    # Levels within the fewer slots of the two: past them one side measures its queue.
+    slots = baseline.slots.tighter(candidate.slots) if baseline.slots else candidate.slots
+    baseline_url = live.url(baseline)
+    gate = run_latency_async(
+        candidate_url, baseline_url, settings, candidate_model=model, slots=slots
+    )
     return _within(run, "latency", budget, gate, bounded, candidate=candidate, baseline=baseline)
 
 

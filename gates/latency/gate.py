@@ -28,6 +28,7 @@ from gates.latency.load import Api, RequestShape, Run, StreamPool
 from gates.latency.others import OthersLoad, OthersMeter
 from gates.latency.report import LatencyFigures, LevelFigures, power_line, streams
 from gates.latency.slo import check_slos
+from gates.latency.slots import Slots, within_slots
 from gates.latency.verdict import (
     baseline_cannot_recover,
     baseline_loaded,
@@ -59,10 +60,18 @@ async def run_latency_async(
     *,
     candidate_model: str | None = None,
     baseline_model: str | None = None,
+    slots: Slots | None = None,
 ) -> LatencyResult:
-    """Measure and decide; model ids default to the first each server lists."""
+    """Measure and decide; model ids default to the first each server lists. With the
+    servers' slots known (the fewer of the two sides'), default levels stay within them."""
+    settings, slots_note = within_slots(settings, slots)
     figures = LatencyFigures(
-        candidate_url=candidate_url, baseline_url=baseline_url, levels=[], settings=settings
+        candidate_url=candidate_url,
+        baseline_url=baseline_url,
+        levels=[],
+        settings=settings,
+        slots=slots,
+        slots_note=slots_note,
     )
     try:
         sides = [await _side(CANDIDATE, candidate_url, candidate_model, settings)]

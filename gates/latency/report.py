@@ -14,6 +14,7 @@ from gates.latency.compare import Comparison, MetricName
 from gates.latency.metrics import LatencySummary
 from gates.latency.others import OthersLoad
 from gates.latency.slo import SloCheck
+from gates.latency.slots import Slots
 
 
 class MetricPower(BaseModel):
@@ -58,6 +59,8 @@ class LatencyFigures(Figures):
     baseline_model: str | None = None
     levels: list[LevelFigures]
     settings: LatencySettings
+    slots: Slots | None = Field(None, description="requests the servers run at once, if known")
+    slots_note: str = Field("", description="how the levels stand to the slots")
 
     def markdown(self) -> str:
         parts = [
@@ -68,6 +71,7 @@ class LatencyFigures(Figures):
                 else ", no baseline"
             )
             + f"; {self.settings.max_tokens} output tokens per request."
+            + (f" Slots: {self.slots_note}." if self.slots_note else "")
         ]
         for level in self.levels:
             parts += ["", render_level(level)]
