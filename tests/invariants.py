@@ -53,12 +53,19 @@ NO_DEPLOYMENT = "(no Deployment)"
 class Sample:
     """One read of the Service's routes. `error` set: the read failed, nothing is known."""
 
-    at: float  # time.monotonic()
+    at: float  # time.monotonic() as the read was sent
     workloads: frozenset[str] = frozenset()
     ready: int = 0
     pods: tuple[str, ...] = ()
     selector: str | None = None  # as last read (every SERVICE_EVERY samples)
     error: str | None = None
+    # When the routes' read returned: what it shows held at some moment in [at, until]
+    # (a read answered late on a loaded machine can show a state newer than `at`).
+    until: float | None = None
+
+    @property
+    def seen_until(self) -> float:
+        return self.at if self.until is None else self.until
 
     @property
     def ok(self) -> bool:
@@ -198,6 +205,7 @@ class ServiceMonitor:
             if tick % SERVICE_EVERY == 0:
                 self._read_service()
             pods = self._ready_pods()
+            answered = time.monotonic()
             owners = self._deployments(pods)
             sample = Sample(
                 at=now,
@@ -205,6 +213,7 @@ class ServiceMonitor:
                 ready=len(pods),
                 pods=tuple(sorted(pods)),
                 selector=self._selector,
+                until=answered,
             )
         except Exception as exc:  # recorded, never a violation: the monitor keeps going
             sample = Sample(at=now, selector=self._selector, error=_short(exc))
@@ -310,7 +319,9 @@ class ServiceMonitor:
         bad = [
             s
             for s in self.samples
-            if s.ok and s.ready == 0 and not any(a <= s.at <= b for a, b, _ in windows)
+            if s.ok
+            and s.ready == 0
+            and not any(a <= s.seen_until and s.at <= b for a, b, _ in windows)
         ]
         return [
             Violation("I1", "no ready address, outside any declared window", a, b)

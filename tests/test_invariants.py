@@ -131,3 +131,22 @@ def test_two_deployments_selected_together_break_i2(kube: Kube, seeded_for_modul
         monitor.check()
     monitor.allow_mixed("the test selects both on purpose")
     monitor.check()
+
+
+@pytest.mark.parametrize(("answered", "broken"), [(1.3, False), (1.1, True)])
+def test_an_empty_read_is_judged_by_when_it_was_sent_and_answered(
+    answered: float, broken: bool
+) -> None:
+    """A read of the routes sent just before a declared window opened and answered inside
+    it (a loaded API server answers late) may show the window's first moment: no break.
+    Answered before the window opened, the emptiness it shows lies outside: a break. The
+    samples alone are judged (no cluster)."""
+    monitor = ServiceMonitor(None, "judged-only", SERVICE)  # type: ignore[arg-type]
+    monitor.had_ready_at_start = True
+    monitor.samples += [
+        Sample(at=0.0, ready=1, workloads=frozenset({SERVICE}), until=0.05),
+        Sample(at=1.0, ready=0, until=answered),
+        Sample(at=2.0, ready=1, workloads=frozenset({"clef-candle"}), until=2.05),
+    ]
+    monitor.allow_empty_during([(1.2, 1.9)], "declared by the test")
+    assert (_invariants(monitor) == ["I1"]) is broken, monitor.timeline()
