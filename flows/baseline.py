@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from flows.errors import PermanentError
 from flows.kube import read
+from flows.kube.argv import container_argv
 from flows.kube.client import Kube
 from flows.kube.objects import (
     DeploymentSnapshot,
@@ -172,18 +173,18 @@ def identify_pod(kube: Kube, namespace: str, pod: str, port: int) -> PodIdentity
         port=port,
         node=snapshot.node,
         gpus=snapshot.gpus,
-        slots=_slots(snapshot),
+        slots=_slots(kube, namespace, pod),
     )
 
 
-def _slots(pod: PodSnapshot) -> Slots | None:
+def _slots(kube: Kube, namespace: str, pod: str) -> Slots | None:
     """The slots a container's command line sets (vLLM's `--max-num-seqs`, llama.cpp's
     `--parallel`); None where none says, and the gate keeps its levels."""
-    for container, argv in pod.argv.items():
+    for container, argv in container_argv(kube, namespace, pod).items():
         found = slots_in_args(argv)
         if found is not None:
             count, flag = found
-            where = f"`{flag}` of container `{container}`, pod `{pod.name}`"
+            where = f"`{flag}` of container `{container}`, pod `{pod}`"
             return Slots(count=count, source=where)
     return None
 

@@ -92,9 +92,6 @@ class PodSnapshot(_Snapshot):
     last_exit: str | None = Field(None, description="reason and code of the last termination")
     ip: str | None = None
     start_s: float | None = Field(None, description="seconds from creation to Ready, if Ready")
-    argv: dict[str, list[str]] = Field(
-        default_factory=dict, description="each container's command and args, by its name"
-    )
 
 
 class LeaseSnapshot(_Snapshot):

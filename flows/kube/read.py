@@ -119,10 +119,6 @@ def pod_snapshot(raw: dict[str, Any]) -> PodSnapshot:
         last_exit=_last_exit(statuses),
         ip=status.get("podIP"),
         start_s=_start_s(meta, conditions.get("Ready", {})),
-        argv={
-            c["name"]: [*(c.get("command") or []), *(c.get("args") or [])]
-            for c in spec.get("containers") or []
-        },
     )
 
 

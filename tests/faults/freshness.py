@@ -3,9 +3,9 @@
 Each row a cell writes names the commit it ran on (`git rev-parse HEAD`, with "+dirty"
 when the working tree had uncommitted changes, and the covered files among them), the
 date (UTC) and the machine's load. A row is *stale* when the code it covers changed after
-its commit: when the last commit touching the cell's covered files (`covered_files`, a
-small explicit table below) is not an ancestor of, or equal to, the row's commit. A row
-naming no commit is stale too.
+its commit: when the cell's covered files (`covered_files`, a small explicit table below)
+differ between the row's commit and HEAD (a change undone since leaves the row fresh: the
+code is the code it ran). A row naming no commit is stale too.
 
 The table: every cell covers the code each handoff runs whatever the fault (the flow,
 its session and resume, the ledger, the Lease, the fenced writes, the drift checks, the
@@ -127,10 +127,13 @@ def last_change(files: tuple[str, ...]) -> str:
 
 
 @functools.cache
-def _is_ancestor(older: str, newer: str) -> bool | None:
-    """None: git knows no such commit (a row from elsewhere)."""
-    code = _git("merge-base", "--is-ancestor", older, newer).returncode
-    return {0: True, 1: False}.get(code)
+def changed_since(commit: str, files: tuple[str, ...]) -> list[str] | None:
+    """The covered files whose committed content differs between `commit` and HEAD (a
+    change undone since counts as none); None: git knows no such commit (a row from
+    elsewhere)."""
+    if _git("cat-file", "-e", f"{commit}^{{commit}}").returncode != 0:
+        return None
+    return _git("diff", "--name-only", commit, "HEAD", "--", *files).stdout.split()
 
 
 def stale_reason(row: dict[str, Any]) -> str | None:
@@ -138,18 +141,13 @@ def stale_reason(row: dict[str, Any]) -> str | None:
     commit = str(row.get("commit") or "").removesuffix("+dirty")
     if not commit or commit == "unknown":
         return "names no commit"
-    files = covered_files(row["fault"], row["step"])
-    last = last_change(files)
-    if not last:
-        return None
-    verdict = _is_ancestor(last, commit)
-    if verdict is None:
+    changed = changed_since(commit, covered_files(row["fault"], row["step"]))
+    if changed is None:
         return f"ran on {commit[:10]}, a commit this repository does not have"
-    if verdict:
+    if not changed:
         return None
-    touched = _git("show", "--name-only", "--format=", last).stdout.split()
-    named = sorted(f for f in touched if any(f == c or f.startswith(c + "/") for c in files))
-    return f"ran on {commit[:10]}; {last[:10]} changed {', '.join(named) or 'its code'} since"
+    last = last_change(tuple(changed))
+    return f"ran on {commit[:10]}; {last[:10]} changed {', '.join(changed)} since"
 
 
 def cell_id(fault: str, step: str) -> str:

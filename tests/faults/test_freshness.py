@@ -38,6 +38,15 @@ def test_a_row_is_stale_once_its_code_changed_after_its_commit() -> None:
     assert "does not have" in (stale_reason({**row, "commit": "f" * 40}) or "")
 
 
+def test_a_row_whose_code_is_the_current_code_is_fresh_whatever_came_between() -> None:
+    """Freshness is the code, not the history: a row on a commit off HEAD's history (or
+    before a change that was undone) whose covered files are HEAD's is fresh. The commit
+    here is made for the test, on no branch."""
+    identity = ("-c", "user.name=freshness", "-c", "user.email=freshness@invalid")
+    same = _git(*identity, "commit-tree", "HEAD^{tree}", "-m", "HEAD's code, on no branch")
+    assert stale_reason({"fault": "flow SIGKILL", "step": "swap", "commit": same}) is None
+
+
 def test_a_row_records_its_commit_date_and_the_dirty_covered_files() -> None:
     row = freshness.provenance(covered_files("flow SIGKILL", "swap"))
     assert row["commit"].removesuffix("+dirty") == _git("rev-parse", "HEAD")
