@@ -28,13 +28,16 @@ SPARE_NODE = "worker-2"
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """The fault matrix's rotating subset is chosen once for the run, before pytest-xdist
-    starts its workers, which inherit it (tests/faults/rotation.py); each file's seconds
+    """The fault matrix's rotating subset and the run's start are pinned once for the run,
+    before pytest-xdist starts its workers, which inherit them (tests/faults/rotation.py,
+    tests/faults/results.py); each file's seconds
     are recorded where HANDOFF_RECORD_DURATIONS asks (tests/schedule.py)."""
+    from tests.faults.results import pin_run_start
     from tests.faults.rotation import pin
     from tests.schedule import configure
 
     pin()
+    pin_run_start()
     configure(config)
 
 

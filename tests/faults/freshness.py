@@ -25,6 +25,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from tests.faults.results import DATE_FORMAT
+
 ROOT = Path(__file__).resolve().parents[2]
 
 # Run by every cell: the handoff's skeleton, its recovery and what measures the clients.
@@ -111,7 +113,7 @@ def provenance(files: Iterable[str]) -> dict[str, Any]:
     changed = _git("status", "--porcelain", "--", *files).stdout.splitlines()
     row: dict[str, Any] = {
         "commit": head + ("+dirty" if dirty else ""),
-        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "date": time.strftime(DATE_FORMAT, time.gmtime()),
         "load_1min": round(os.getloadavg()[0], 1),
         "cpus": os.cpu_count(),
     }

@@ -20,6 +20,24 @@ from typing import Any
 
 COMMITTED = Path(__file__).with_name("results.json")
 ENV = "HANDOFF_FAULTS_RESULTS"
+STARTED_ENV = "HANDOFF_FAULTS_RUN_STARTED"
+DATE_FORMAT = "%Y-%m-%dT%H:%M:%SZ"  # a row's date (UTC), as freshness.provenance writes it
+
+
+def pin_run_start() -> str:
+    """When this run began, in a row's date format: set once by the controller, before
+    pytest-xdist starts the workers that inherit it."""
+    if not os.environ.get(STARTED_ENV, "").strip():
+        os.environ[STARTED_ENV] = time.strftime(DATE_FORMAT, time.gmtime())
+    return os.environ[STARTED_ENV]
+
+
+def of_this_run(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows this run wrote (each dated at its cell's start): a file that already held
+    rows, like the committed one, keeps the older rows of the same cells until this run
+    replaces them, and those say nothing of this run."""
+    started = pin_run_start()
+    return [r for r in rows if str(r.get("date") or "") >= started]
 
 
 def results_path() -> Path:

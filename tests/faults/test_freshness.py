@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from tests.faults import freshness, rotation
+from tests.faults import freshness, results, rotation
 from tests.faults.cells import CELLS
 from tests.faults.freshness import ROOT, covered_files, last_change, stale_reason
 
@@ -45,6 +45,18 @@ def test_a_row_whose_code_is_the_current_code_is_fresh_whatever_came_between() -
     identity = ("-c", "user.name=freshness", "-c", "user.email=freshness@invalid")
     same = _git(*identity, "commit-tree", "HEAD^{tree}", "-m", "HEAD's code, on no branch")
     assert stale_reason({"fault": "flow SIGKILL", "step": "swap", "commit": same}) is None
+
+
+def test_only_the_rows_this_run_wrote_are_its_own() -> None:
+    """The documented rerun writes into the committed file, which holds a row of each cell
+    already: until a cell's new row replaces it, the old one says nothing of this run (the
+    check of the rows once ran before two cells had written theirs, and read the old ones)."""
+    started = results.pin_run_start()
+    rows = [
+        {"fault": "f", "step": "s", "date": "2000-01-01T00:00:00Z"},
+        {"fault": "g", "step": "s", "date": started},
+    ]
+    assert results.of_this_run(rows) == rows[1:]
 
 
 def test_a_row_records_its_commit_date_and_the_dirty_covered_files() -> None:

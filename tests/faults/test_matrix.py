@@ -136,7 +136,7 @@ def _await_rows(
     for those another worker may still be running."""
     deadline = time.monotonic() + ROWS_WAIT_S
     while True:
-        rows = {(r["fault"], r["step"]): r for r in results.load(path)}
+        rows = {(r["fault"], r["step"]): r for r in results.of_this_run(results.load(path))}
         rows = {k: r for k, r in rows.items() if k in taken}
         missing = taken - rows.keys()
         if not (missing - _RAN_HERE) or time.monotonic() > deadline:
