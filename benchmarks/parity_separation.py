@@ -21,7 +21,9 @@ margin between them (the mildest harmful figure over the worst benign one), then
 of the gate's default tolerances for each variant and the rule that decided it.
 
     uv run python benchmarks/parity_separation.py [--reference q4_1|f16|both] [--top-k 8]
-        [--no-long-context] [--parallel N]
+        [--no-long-context] [--parallel N] [--record benchmarks/results/parity_separation.json]
+
+docs/performance.md's "Parity tolerances from evidence" is the rendering of that record.
 """
 
 from __future__ import annotations
@@ -35,7 +37,11 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
+from benchmarks.record import load_1m, provenance, write
+from benchmarks.schemas import ParityCase, ParitySeparationRecord
+from benchmarks.tables.parity import tabulate
 from gates.common.prompts import load_prompts
 from gates.common.settings import ParityTolerances
 from gates.parity.gate import ParityResult, collect_candidate, judge
@@ -53,7 +59,7 @@ CONTEXT_TOKENS = 2000  # within the servers' default 2048-token window
 @dataclass(frozen=True)
 class Case:
     name: str
-    kind: str  # "benign", "harmful" or "quantization"
+    kind: Literal["benign", "harmful", "quantization"]
     variant: Variant
     options: ServerOptions = field(default_factory=ServerOptions)
 
@@ -88,6 +94,22 @@ F16_CASES = [
 class Row:
     case: Case
     result: ParityResult  # under the default tolerances
+    reference: Variant = "q4_1"
+    seconds: float = 0.0
+    load_1m: float = 0.0
+
+    def record(self) -> ParityCase:
+        """The row as the record keeps it (and the tables show it)."""
+        return ParityCase(
+            name=self.case.name,
+            kind=self.case.kind,
+            reference=self.reference,
+            verdict=self.result.verdict,
+            finding=(self.result.evidence or [self.result.reason])[0],
+            figures={check: self.figure(check) for check in CHECKS},
+            seconds=round(self.seconds, 1),
+            load_1m=self.load_1m,
+        )
 
     def figure(self, name: str) -> float | None:
         f = self.result.figures
@@ -180,53 +202,19 @@ def golden_from(reference: Variant, logs: Path, top_k: int, *, long_context: boo
     return golden
 
 
-def run_case(case: Case, golden: Golden, logs: Path) -> Row:
+def run_case(case: Case, reference: Variant, golden: Golden, logs: Path) -> Row:
     """One candidate server against the golden; each request at concurrency 1 (its own
     server), several candidates side by side in threads."""
     with LlamaServer(case.variant, case.options, log_dir=logs) as server:
         start = time.perf_counter()
         candidate = asyncio.run(collect_candidate(server.url, golden, model_id=golden.model_id))
     result = judge(golden, candidate, ParityTolerances())
+    seconds = time.perf_counter() - start
     print(
-        f"  {case.name:<28} {case.kind:<12} verdict {result.verdict:<10} "
-        f"({time.perf_counter() - start:.1f} s)",
+        f"  {case.name:<28} {case.kind:<12} verdict {result.verdict:<10} ({seconds:.1f} s)",
         flush=True,
     )
-    return Row(case, result)
-
-
-def print_table(title: str, rows: list[Row]) -> None:
-    print(f"\n## {title}\n")
-    names = [r.case.name for r in rows]
-    print("| check | " + " | ".join(names) + " | benign max | harmful min | margin |")
-    print("|---|" + "---|" * (len(names) + 3))
-    for check in CHECKS:
-        values = [r.figure(check) for r in rows]
-        benign = [
-            v
-            for r, v in zip(rows, values, strict=True)
-            if r.case.kind == "benign" and v is not None
-        ]
-        # a harmful variant a check cannot see (a chat template, for teacher forcing) is
-        # another check's job: the margin is taken over the harmful variants it does see
-        harmful = [v for r, v in zip(rows, values, strict=True) if r.case.kind == "harmful" and v]
-        worst, mildest = (max(benign) if benign else None), (min(harmful) if harmful else None)
-        margin = "n/a"
-        if worst is not None and mildest is not None:
-            margin = f"{mildest / worst:.1f}x" if worst > 0 else ("inf" if mildest > 0 else "none")
-        cells = " | ".join(_fmt(v) for v in values)
-        print(f"| {check} | {cells} | {_fmt(worst)} | {_fmt(mildest)} | {margin} |")
-    print("\n| variant | kind | verdict | deciding finding |")
-    print("|---|---|---|---|")
-    for r in rows:
-        finding = (r.result.evidence or [r.result.reason])[0].replace("|", "/")[:110]
-        print(f"| {r.case.name} | {r.case.kind} | {r.result.verdict} | {finding} |")
-
-
-def _fmt(value: float | None) -> str:
-    if value is None:
-        return "n/a"
-    return f"{value:.3g}" if value else "0"
+    return Row(case, result, reference, seconds, load_1m())
 
 
 def main() -> None:
@@ -240,7 +228,9 @@ def main() -> None:
         help="skip the 2,000-token probes (minutes a side; the position-dependent cases "
         "then show only the short checks)",
     )
+    parser.add_argument("--record", type=Path, help="write the figures and their provenance")
     args = parser.parse_args()
+    source = provenance()
     load = os.getloadavg()
     print(f"machine: {os.cpu_count()} cores, load average {load[0]:.2f} {load[1]:.2f}")
     references: list[Variant] = ["q4_1", "f16"] if args.reference == "both" else [args.reference]
@@ -260,15 +250,20 @@ def main() -> None:
                 strict=True,
             )
         )
-        jobs = [(c, goldens["q4_1"]) for c in Q4_CASES if "q4_1" in goldens]
-        jobs += [(c, goldens["f16"]) for c in F16_CASES if "f16" in goldens]
-        rows = list(pool.map(lambda job: run_case(job[0], job[1], logs), jobs))
-    if "q4_1" in goldens:
-        print_table("Q4_1 reference (f16 KV cache, 1 thread)", rows[: len(Q4_CASES)])
-    if "f16" in goldens:
-        print_table("F16 reference", [r for r in rows if r.case in F16_CASES])
+        jobs: list[tuple[Case, Variant]] = [(c, "q4_1") for c in Q4_CASES if "q4_1" in goldens]
+        jobs += [(c, "f16") for c in F16_CASES if "f16" in goldens]
+        rows = list(pool.map(lambda job: run_case(job[0], job[1], goldens[job[1]], logs), jobs))
+    cases = [row.record() for row in rows]
+    for reference in goldens:
+        chosen = [c for c in cases if c.reference == reference]
+        print("\n" + tabulate(f"{reference} reference", chosen, CHECKS))
     load = os.getloadavg()
     print(f"\nload average after: {load[0]:.2f} {load[1]:.2f}")
+    if args.record:
+        record = ParitySeparationRecord(
+            provenance=source, top_k=args.top_k, long_context=long_context, cases=cases
+        )
+        write(args.record, record)
 
 
 if __name__ == "__main__":

@@ -121,6 +121,27 @@ class ModelServerStepsRecord(Frozen):
     jitter: list[Jitter]
 
 
+class ParityCase(Frozen):
+    """One variant against its reference's golden, judged by the default tolerances."""
+
+    name: str
+    kind: Literal["benign", "harmful", "quantization"]
+    reference: str = Field(description="the variant the golden was recorded from")
+    verdict: str
+    finding: str = Field(description="the first piece of evidence, or the reason")
+    figures: dict[str, float | None] = Field(description="each check's figure, by name")
+    seconds: float
+    load_1m: float
+
+
+class ParitySeparationRecord(Frozen):
+    benchmark: Literal["parity_separation"] = "parity_separation"
+    provenance: Provenance
+    top_k: int
+    long_context: bool
+    cases: list[ParityCase]
+
+
 Record = TypeVar("Record", bound=BaseModel)
 
 

@@ -17,6 +17,7 @@ from benchmarks.schemas import (
     ClientAccuracyRecord,
     LatencyPowerRecord,
     ModelServerStepsRecord,
+    ParitySeparationRecord,
     read,
 )
 from benchmarks.tables import BLOCKS, PAGE, block_in, outside_blocks, rendering
@@ -25,6 +26,7 @@ SCHEMAS: dict[str, type[BaseModel]] = {
     "client_accuracy": ClientAccuracyRecord,
     "latency_power": LatencyPowerRecord,
     "modelserver_steps": ModelServerStepsRecord,
+    "parity_separation": ParitySeparationRecord,
 }
 RECORDS = sorted(RESULTS.glob("*.json"))
 REGENERATE = "run `uv run --frozen python -m benchmarks.tables --docs`"

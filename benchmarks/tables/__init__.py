@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks.record import RESULTS, ROOT
-from benchmarks.tables import accuracy, power, steps
+from benchmarks.tables import accuracy, parity, power, steps
 
 PAGE = ROOT / "docs" / "performance.md"
 COMMAND = "python -m benchmarks.tables --docs"
@@ -52,6 +52,7 @@ BLOCKS = (
     Block("latency-power-quiet", "latency_power_quiet.json", lambda p: power.render_run(p[0])),
     Block("latency-power-llamacpp", "latency_power_llamacpp_*.json", power.render_each),
     Block("latency-bursts", "latency_bursts_*.json", power.render_runs),
+    Block("parity-separation", "parity_separation.json", lambda p: parity.render(p[0])),
 )
 
 
