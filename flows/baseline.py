@@ -50,9 +50,10 @@ class PodIdentity(BaseModel):
     def describe(self) -> str:
         owner = f"ReplicaSet `{self.replica_set}` (revision {self.revision or '?'})"
         where = f"node `{self.node}`" if self.node else "no node yet"
+        slots = f"; {self.slots.count} requests at once ({self.slots.source})" if self.slots else ""
         return (
             f"pod `{self.pod}` of {owner} of Deployment `{self.deployment}`, port {self.port}, "
-            f"on {where} ({self.gpus} GPU{'' if self.gpus == 1 else 's'})"
+            f"on {where} ({self.gpus} GPU{'' if self.gpus == 1 else 's'}){slots}"
         )
 
 
@@ -150,30 +151,30 @@ def find_baseline(
     if found is None:
         return None
     rs, pod = found
-    return PodIdentity(
-        pod=pod.name,
-        replica_set=rs.name,
-        deployment=fresh.name,
-        revision=rs.revision,
-        port=port,
-        node=pod.node,
-        gpus=pod.gpus,
-    )
+    return _identity(kube, pod, rs, port)
 
 
 def identify_pod(kube: Kube, namespace: str, pod: str, port: int) -> PodIdentity:
     """The pod's ReplicaSet and Deployment, from its owner references."""
     snapshot = read.read_pod(kube, namespace, pod)
     owner = read.read_replica_set(kube, namespace, snapshot.owner) if snapshot.owner else None
+    return _identity(kube, snapshot, owner, port)
+
+
+def _identity(
+    kube: Kube, pod: PodSnapshot, owner: ReplicaSetSnapshot | None, port: int
+) -> PodIdentity:
+    """One side as the report names it, the slots its command line sets included (the
+    baseline's as much as the candidate's: the gate keeps its levels within the fewer)."""
     return PodIdentity(
-        pod=pod,
+        pod=pod.name,
         replica_set=owner.name if owner else None,
         deployment=owner.owner if owner else None,
         revision=owner.revision if owner else None,
         port=port,
-        node=snapshot.node,
-        gpus=snapshot.gpus,
-        slots=_slots(kube, namespace, pod),
+        node=pod.node,
+        gpus=pod.gpus,
+        slots=_slots(kube, pod.namespace, pod.name),
     )
 
 

@@ -70,6 +70,10 @@ def test_coder_side_by_side_when_gpus_allow(
     report = handoff_report(sandbox, history_entries(svc.metadata.annotations)[-1]["flow_run_id"])
     assert "**Baseline:** pod `candle-vllm-" in report and "of Deployment `candle-vllm`," in report
     assert f"**Candidate:** pod `candle-vllm{TWIN_SUFFIX}-" in report, report
+    # Both sides' slots read from their command lines (the live GPTQ server's and the
+    # candidate's --max-num-seqs 32): the gate keeps its default levels within the fewer.
+    sides = [line for line in report.splitlines() if line.startswith("**Baseline:**")]
+    assert sides and "32 requests at once (`--max-num-seqs 32` of container" in sides[0], report
     assert_runs_exactly_the_candidate(kube, seeded, spec_file, handoff_env, monkeypatch)
 
 
