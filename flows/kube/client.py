@@ -20,6 +20,7 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError as Urllib3Error
 
+from flows import signals
 from flows.errors import PermanentError, TransientError
 from retrypolicy.retry import Retry, policy, retry_after, with_retries
 
@@ -72,7 +73,8 @@ class RetryingApiClient(client.ApiClient):
     (not a dry-run, not a Lease's own request) by its fence too: every try passes the
     fence first, no try is sent after the fence's deadline and none waits for an answer
     past it, and the retries stop there; at the deadline the fence is asked once more,
-    and raises (LeaseLost, flows/lease.py) unless the Lease was renewed meanwhile."""
+    and raises (LeaseLost, flows/lease.py) unless the Lease was renewed meanwhile. A
+    cancellation that comes during a fenced write is raised once the write is answered."""
 
     fence: Fence | None = None
 
@@ -103,7 +105,8 @@ class RetryingApiClient(client.ApiClient):
                 left = deadline() - time.monotonic()
                 kwargs["_request_timeout"] = _shorter(timeout, left)
             try:
-                response = super(RetryingApiClient, self).call_api(method, url, *args, **kwargs)
+                with _answered_first() if fence is not None else contextlib.nullcontext():
+                    response = super(RetryingApiClient, self).call_api(method, url, *args, **kwargs)
             except (Urllib3Error, OSError) as exc:
                 raise Retry(exc) from exc
             except ApiException as exc:
@@ -122,6 +125,22 @@ class RetryingApiClient(client.ApiClient):
 
         rules = policy(bound, until=deadline if fence is not None else None)
         return with_retries(attempt, what=f"{method} {path}", rules=rules)
+
+
+@contextlib.contextmanager
+def _answered_first() -> Iterator[None]:
+    """A cancellation (SIGTERM, SIGINT) that comes while a write is in flight is raised
+    once its answer is in. Raised mid-request, it leaves the write unknown to the run: the
+    apiserver may apply it after the rollback that follows has read the object, and the
+    rollback then decides from a state that no longer holds (a scale to 0 landing after the
+    restore had found the replicas as recorded). A write waits at most its fence's
+    deadline, so the cancellation waits no longer either."""
+    pending: list[int] = []
+    try:
+        with signals.held() as pending:
+            yield
+    finally:
+        signals.deliver(pending)
 
 
 def _is_fenced(method: str, path: str, query: str) -> bool:

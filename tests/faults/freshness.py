@@ -76,8 +76,8 @@ STEP_FILES: dict[str, tuple[str, ...]] = {
 # The code that meets the fault, by the fault's name's beginning.
 FAULT_FILES: dict[str, tuple[str, ...]] = {
     "flow SIGKILL": (),
-    "flow SIGTERM": ("flows/signals.py",),
-    "worker cancels": ("flows/signals.py",),
+    "flow SIGTERM": ("flows/signals.py", "flows/kube/client.py"),
+    "worker cancels": ("flows/signals.py", "flows/kube/client.py"),
     "same spec run again": (),
     "GPU node cordoned": ("flows/rollback.py",),
     "kube-apiserver down": ("flows/kube/client.py", "retrypolicy"),

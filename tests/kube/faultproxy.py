@@ -1,5 +1,6 @@
 """A faulty front for a real server: an HTTP proxy on 127.0.0.1 that answers requests
-matching a rule with an error status a set number of times, and passes every other
+matching a rule with an error status a set number of times (or, for a rule of status 0,
+passes them on only after a delay: a request in flight that long), and passes every other
 request to the real server (the apiserver over TLS, or a registry) with the answer
 streamed back unchanged (watches included)."""
 
@@ -8,6 +9,7 @@ from __future__ import annotations
 import json
 import ssl
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -23,9 +25,10 @@ HOP = {"connection", "keep-alive", "transfer-encoding", "proxy-connection", "upg
 class Fault:
     method: str
     path: str  # a substring of the request path
-    status: int
+    status: int  # 0: not an error, the request is passed on after delay_s
     times: int  # how many matching requests get the error (-1: all)
     retry_after: str | None = None
+    delay_s: float = 0.0
 
 
 @dataclass
@@ -65,7 +68,9 @@ def fault_proxy(upstream: str, *, ca: Path | None = None) -> Iterator[tuple[str,
             length = int(self.headers.get("Content-Length") or 0)
             body = self.rfile.read(length) if length else None
             fault = faults.take(self.command, self.path)
-            if fault is not None:
+            if fault is not None and fault.status == 0:
+                time.sleep(fault.delay_s)
+            elif fault is not None:
                 faults.seen.append((self.command, self.path, fault.status))
                 self._fail(fault)
                 return

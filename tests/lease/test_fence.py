@@ -8,10 +8,14 @@ for the policy's budget as any other request does."""
 from __future__ import annotations
 
 import dataclasses
+import os
+import signal
 import threading
 import time
+from types import FrameType
 
 import pytest
+from prefect.exceptions import TerminationSignal
 
 from flows import lease as lease_module
 from flows.kube import write
@@ -111,3 +115,35 @@ def test_a_fenced_write_under_a_renewed_lease_retries_for_the_budget(
         took = time.monotonic() - started
         held.check()
     assert LEASE_S + 4 - 6 <= took <= LEASE_S + 4 + 1, f"gave up after {took:.1f} s"
+
+
+def _terminated(number: int, frame: FrameType | None) -> None:
+    """What Prefect's SIGTERM handler does in a flow run: raise where the run is."""
+    raise TerminationSignal(signal=number)
+
+
+def test_a_cancellation_during_a_write_is_raised_once_the_write_is_answered(
+    faulty: tuple[Kube, Faults], admin: Kube, ns: str
+) -> None:
+    """A SIGTERM that meets a write in flight: raised mid-request, the write would land
+    after the rollback that follows had read the object (an in-place run cancelled as it
+    scaled the old pods to 0 restored nothing, then the scale to 0 landed: no pods). It is
+    raised once the answer is in, and the write is then on the cluster."""
+    kube, faults = faulty
+    with ServiceLease(kube, ns, SERVICE, "run-a") as held:
+        fenced = dataclasses.replace(kube, fence=held.check)
+        faults.rules.append(Fault("PATCH", f"/services/{SERVICE}", 0, 1, delay_s=3.0))
+        previous = signal.signal(signal.SIGTERM, _terminated)
+        timer = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGTERM))
+        try:
+            timer.start()
+            with pytest.raises(TerminationSignal):
+                write.patch_service(
+                    fenced, ns, SERVICE, resource_version=None, annotations={"cancelled": "after"}
+                )
+            # What a rollback would read next.
+            found = admin.core.read_namespaced_service(SERVICE, ns).metadata.annotations or {}
+        finally:
+            timer.cancel()
+            signal.signal(signal.SIGTERM, previous)
+    assert found.get("cancelled") == "after", "the cancellation was raised before the answer"
