@@ -13,6 +13,7 @@ import pytest
 from prefect.exceptions import TerminationSignal
 
 from flows import signals
+from flows.kube.client import _answered_first
 
 
 class Cancelled(Exception):
@@ -75,3 +76,26 @@ def test_a_cancellation_whose_raise_was_lost_is_raised_by_the_next_check(
 def test_a_noted_cancellation_is_raised_by_the_handler_in_place(cancelling: None) -> None:
     with signals.noted(), pytest.raises(Cancelled):
         os.kill(os.getpid(), signal.SIGTERM)
+
+
+def test_a_cancellation_during_a_fenced_write_is_raised_once_it_ends(cancelling: None) -> None:
+    """flows/kube/client.py holds a cancellation across each fenced write: raised after the
+    block, even when the write failed (the failure stays as its context)."""
+    with pytest.raises(Cancelled) as raised, _answered_first():
+        os.kill(os.getpid(), signal.SIGTERM)
+        raise OSError("the write's own failure")
+    assert isinstance(raised.value.__context__, OSError)
+
+
+def test_a_fenced_write_inside_a_held_block_leaves_the_cancellation_to_that_block(
+    cancelling: None,
+) -> None:
+    """The ledger's first write is held as a whole (flows/session.py): a cancellation met by
+    a write inside it is kept for that block's delivery, not raised at the write's end."""
+    with signals.held() as outer:
+        with _answered_first():
+            os.kill(os.getpid(), signal.SIGTERM)
+        written = True
+    assert written and outer == [signal.SIGTERM]
+    with pytest.raises(Cancelled):
+        signals.deliver(outer)

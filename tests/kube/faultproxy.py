@@ -26,9 +26,10 @@ class Fault:
     method: str
     path: str  # a substring of the request path
     status: int  # 0: not an error, the request is passed on after delay_s
-    times: int  # how many matching requests get the error (-1: all)
+    times: int  # how many matching requests the rule takes (-1: all)
     retry_after: str | None = None
     delay_s: float = 0.0
+    arrived: threading.Event = field(default_factory=threading.Event)  # one was taken
 
 
 @dataclass
@@ -42,6 +43,7 @@ class Faults:
             for rule in self.rules:
                 if rule.method == method and rule.path in path and rule.times != 0:
                     rule.times -= 1 if rule.times > 0 else 0
+                    rule.arrived.set()
                     return rule
         return None
 

@@ -132,11 +132,17 @@ def test_a_cancellation_during_a_write_is_raised_once_the_write_is_answered(
     kube, faults = faulty
     with ServiceLease(kube, ns, SERVICE, "run-a") as held:
         fenced = dataclasses.replace(kube, fence=held.check)
-        faults.rules.append(Fault("PATCH", f"/services/{SERVICE}", 0, 1, delay_s=3.0))
+        held_back = Fault("PATCH", f"/services/{SERVICE}", 0, 1, delay_s=3.0)
+        faults.rules.append(held_back)
         previous = signal.signal(signal.SIGTERM, _terminated)
-        timer = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGTERM))
+
+        def cancel_once_in_flight() -> None:  # the PATCH has reached the proxy, not the API
+            if held_back.arrived.wait(30):
+                os.kill(os.getpid(), signal.SIGTERM)
+
+        canceller = threading.Thread(target=cancel_once_in_flight, daemon=True)
         try:
-            timer.start()
+            canceller.start()
             with pytest.raises(TerminationSignal):
                 write.patch_service(
                     fenced, ns, SERVICE, resource_version=None, annotations={"cancelled": "after"}
@@ -144,6 +150,7 @@ def test_a_cancellation_during_a_write_is_raised_once_the_write_is_answered(
             # What a rollback would read next.
             found = admin.core.read_namespaced_service(SERVICE, ns).metadata.annotations or {}
         finally:
-            timer.cancel()
+            canceller.join(timeout=30)
             signal.signal(signal.SIGTERM, previous)
+    assert held_back.arrived.is_set(), "the write never reached the proxy"
     assert found.get("cancelled") == "after", "the cancellation was raised before the answer"
