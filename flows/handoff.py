@@ -96,7 +96,8 @@ def handoff(
             if run.nothing_to_do:  # a rerun of a finished handoff: only its history entry
                 return finish(run, trigger, source)
             try:
-                signals.deliver(run.cancelled)  # a cancellation met by the ledger's write
+                # The hold from the ledger's write ends: a cancellation since is raised here.
+                signals.deliver(run.cancelled)
                 pinned = wait_for_image(run)
                 approve_plan(run, auto=auto_approve)
                 apply_at_zero(run, pinned)

@@ -93,12 +93,16 @@ def begin(
                 return run.ledger.revision if run is not None else None
 
             try:
-                with signals.noted(), ReadyEndpoints(ReadyWorkloads(kube, spec, revision)) as ready:
+                with (
+                    signals.noted(),
+                    ReadyEndpoints(ReadyWorkloads(kube, spec, revision)) as ready,
                     # The ledger's write comes last, right before the steps: a failure or
-                    # a cancellation from there on rolls back (flows/handoff.py), one
-                    # that meets the write too, held back until the steps begin.
-                    with signals.held() as cancelled:
-                        run = start_or_resume(fenced, spec, plan, run_id=holder)
+                    # a cancellation from there on rolls back (flows/handoff.py). One
+                    # that meets the write, or comes between its answer and the steps, is
+                    # held back until the steps begin (delivered there).
+                    signals.held() as cancelled,
+                ):
+                    run = start_or_resume(fenced, spec, plan, run_id=holder)
                     run.notifier, run.ready, run.cancelled = notifier, ready, cancelled
                     run.workloads = workload_names(spec, plan)
                     run.on_progress = lambda pct: update_progress_artifact(progress, pct)

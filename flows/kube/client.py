@@ -135,11 +135,11 @@ def _answered_first() -> Iterator[None]:
     rollback then decides from a state that no longer holds (a scale to 0 landing after the
     restore had found the replicas as recorded). A write waits at most its fence's
     deadline, so the cancellation waits no longer either."""
-    pending: list[int] = []
+    pending = signals.Held()
     try:
         with signals.held() as pending:
             yield
-    finally:
+    finally:  # raised even when the write failed (the failure stays as its context)
         signals.deliver(pending)
 
 

@@ -1,6 +1,6 @@
-"""A cancellation held back across the ledger's first write (flows/signals.py): a SIGTERM
-that comes during the block is kept, not raised, and raised to the handler that is back
-once delivered; one that comes afterwards is raised at once."""
+"""A cancellation held back (flows/signals.py): a SIGTERM that comes during the hold is
+kept, not raised, and raised to the handler that is back once delivered or once the
+block ends; one that comes afterwards is raised at once."""
 
 from __future__ import annotations
 
@@ -32,14 +32,39 @@ def cancelling() -> Iterator[None]:
     signal.signal(signal.SIGTERM, previous)
 
 
-def test_a_sigterm_during_the_block_is_held_until_delivered(cancelling: None) -> None:
-    with signals.held() as pending:
+def test_a_sigterm_during_the_block_is_held_until_its_end(cancelling: None) -> None:
+    written = False
+    with pytest.raises(Cancelled), signals.held() as pending:
         os.kill(os.getpid(), signal.SIGTERM)
         written = True  # the write the signal met goes on to its end
-    assert written and pending == [signal.SIGTERM]
-    with pytest.raises(Cancelled):
-        signals.deliver(pending)
-    assert pending == []
+    assert written and pending == []
+    with pytest.raises(Cancelled):  # the handler is back
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+def test_a_hold_lasts_until_its_delivery_inside_the_block(cancelling: None) -> None:
+    """flows/session.py holds from before the ledger's write until the steps begin."""
+    with signals.held() as pending:
+        written = True  # the write is answered: the steps have not begun
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert written and pending == [signal.SIGTERM]
+        with pytest.raises(Cancelled):
+            signals.deliver(pending)  # the steps begin
+        with pytest.raises(Cancelled):  # the handler is back, in the block too
+            os.kill(os.getpid(), signal.SIGTERM)
+
+
+def test_what_a_block_held_and_did_not_deliver_is_raised_at_its_end(cancelling: None) -> None:
+    """A rerun of a finished handoff never reaches the steps' delivery: its cancellation
+    is not lost."""
+    with pytest.raises(Cancelled), signals.held():
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+def test_a_block_that_failed_ends_with_its_own_error(cancelling: None) -> None:
+    with pytest.raises(OSError), signals.held():
+        os.kill(os.getpid(), signal.SIGTERM)
+        raise OSError("the ledger's write failed")
     with pytest.raises(Cancelled):  # the handler is back
         os.kill(os.getpid(), signal.SIGTERM)
 
@@ -96,6 +121,6 @@ def test_a_fenced_write_inside_a_held_block_leaves_the_cancellation_to_that_bloc
         with _answered_first():
             os.kill(os.getpid(), signal.SIGTERM)
         written = True
-    assert written and outer == [signal.SIGTERM]
-    with pytest.raises(Cancelled):
-        signals.deliver(outer)
+        assert written and outer == [signal.SIGTERM]
+        with pytest.raises(Cancelled):
+            signals.deliver(outer)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import time
 import uuid
 from pathlib import Path
@@ -22,6 +23,7 @@ import pytest
 from flows.kube.client import Kube
 from flows.ledger import Ledger, history_entries, parse_ledger
 from sandbox.state import SandboxState
+from tests.handoff.cancel_at import cancelled_at
 from tests.handoff.pauses import IMPOSSIBLE, RELAXED
 from tests.webhook.slowproxy import slow_relay
 from tests.world import (
@@ -70,8 +72,21 @@ def test_sigterm_once_the_ledger_is_written_rolls_back(
     spare_gpus: str,
     tmp_path: Path,
 ) -> None:
-    """SIGTERM as soon as the ledger says `started` (the run then waits for an image not
-    published yet), with Prefect slow to create artifacts: the run rolls back."""
+    """SIGTERM right after the ledger's first write is answered, before the first step
+    (the run signals itself there, every time: tests/handoff/cancel_at.py), then SIGTERM as
+    soon as the ledger says `started` (the run then waits for an image not published yet)
+    with Prefect slow to create artifacts: each run rolls back. The first is held until
+    the steps begin; raised where it came, it would end the run with the ledger written
+    and nothing rolled back."""
+    spec_file = spec_in(seeded, "clef-candle", tmp_path)
+    at_once = subprocess.run(
+        cancelled_at("flows.session:workload_names", "run", str(spec_file), "--auto-approve"),
+        env=handoff_env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    _rolled_back(kube, seeded, "clef-serve", at_once.returncode, at_once.stdout + at_once.stderr)
     tag = f"sm70-{uuid.uuid4().hex[:8]}"  # never published: the run waits for it
     spec_file = spec_in(seeded, "clef-candle", tmp_path, image={"tag": tag})
     port = urlparse(sandbox.prefect_api_url).port
@@ -84,13 +99,18 @@ def test_sigterm_once_the_ledger_is_written_rolls_back(
 def _cancelled_at(
     phase: str, kube: Kube, namespace: str, name: str, spec_file: Path, env: dict[str, str]
 ) -> Ledger:
-    """SIGTERM the run once Service `name`'s ledger is at `phase`: the run fails, its
-    ledger ends rolled back, and the history records it like any other handoff."""
+    """SIGTERM the run once Service `name`'s ledger is at `phase`."""
     with handoff_process(spec_file, env, "--auto-approve") as run:
         await_phase(kube, namespace, name, phase, run)
         os.kill(run.pid, signal.SIGTERM)
         output, _ = run.communicate(timeout=300)
-    assert run.returncode != 0, output[-3000:]
+    return _rolled_back(kube, namespace, name, run.returncode, output)
+
+
+def _rolled_back(kube: Kube, namespace: str, name: str, code: int, output: str) -> Ledger:
+    """The run failed, its ledger ended rolled back, and the history records it like any
+    other handoff."""
+    assert code != 0, output[-3000:]
     annotations = service(kube, namespace, name).metadata.annotations
     ledger = parse_ledger(annotations)
     assert ledger is not None and ledger.phase == "rolled-back", output[-3000:]
