@@ -350,6 +350,10 @@ def _move_selector(
     return ledger
 
 
+class _NothingToWaitFor(Exception):
+    """No workload is left whose pods could become Ready."""
+
+
 def _wait_restored_ready(
     kube: Kube,
     spec: HandoffSpec,
@@ -374,6 +378,8 @@ def _wait_restored_ready(
         return True if serving else None
 
     try:
+        if not live:  # nothing left that could become Ready: waiting would only cost time
+            raise _NothingToWaitFor(f"no Deployment of {', '.join(names)} exists any more")
         wait_pods(
             kube,
             spec.namespace,
@@ -382,7 +388,7 @@ def _wait_restored_ready(
             deadline_s=READY_AFTER_RESTORE_S,
             what=f"a Ready pod matching {target} to move Service {spec.service} back to",
         )
-    except WaitTimedOut as exc:
+    except (WaitTimedOut, _NothingToWaitFor) as exc:
         where = (
             f"selects {target}, but no pod it matches became Ready ({exc}): it has no "
             "ready endpoint"
@@ -390,11 +396,15 @@ def _wait_restored_ready(
             else f"was not moved back to {target}: no pod it matches became Ready ({exc}). "
             "It stays on the pods that serve now"
         )
+        todo = (
+            "Create the live workload again (`kubectl apply` its manifest)"
+            if isinstance(exc, _NothingToWaitFor)
+            else f"Make the restored workload ready (`kubectl -n {spec.namespace} describe "
+            f"pods -l {','.join(f'{k}={v}' for k, v in target.items())}`)"
+        )
         raise RestoreNotReady(
             f"handoff {ledger.handoff_id}: the Service {spec.namespace}/{spec.service} "
-            f"{where}, and the handoff stays rolling-back. Make the restored workload ready "
-            f"(`kubectl -n {spec.namespace} describe pods -l "
-            f"{','.join(f'{k}={v}' for k, v in target.items())}`), then run `handoff "
+            f"{where}, and the handoff stays rolling-back. {todo}, then run `handoff "
             "rollback` (or the handoff) again to finish"
         ) from exc
 

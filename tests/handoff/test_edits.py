@@ -195,7 +195,7 @@ def _recreate(kube: Kube, namespace: str, saved: client.V1Deployment) -> None:
     kube.apps.create_namespaced_deployment(namespace, body)
 
 
-@pytest.mark.timeout(600)  # a handoff, the rollback's minute of waiting, a rollback by hand
+@pytest.mark.timeout(600)  # a handoff, its rollback and a rollback by hand
 def test_a_rollback_whose_live_workload_cannot_serve_keeps_the_service_on_the_candidate(
     kube: Kube, seeded: str, handoff_env: dict[str, str], tmp_path: Path
 ) -> None:
@@ -210,7 +210,10 @@ def test_a_rollback_whose_live_workload_cannot_serve_keeps_the_service_on_the_ca
         kube.apps.delete_namespaced_deployment(SERVICE, seeded)
         output, _ = process.communicate(timeout=300)
     assert process.returncode != 0, output[-3000:]
-    assert "not moved back" in " ".join(output.split()), output[-3000:]
+    said = " ".join(output.split())
+    # At once, not after READY_AFTER_RESTORE_S: nothing is left that could become Ready.
+    assert "not moved back" in said and "exists any more" in said, output[-3000:]
+    assert "Create the live workload again" in said, output[-3000:]
     svc = service(kube, seeded, SERVICE)
     ledger = parse_ledger(svc.metadata.annotations)
     assert ledger is not None and ledger.phase == "rolling-back", output[-3000:]
