@@ -35,6 +35,7 @@ from sandbox.seed import (
     publish_candle,
 )
 from sandbox.state import SandboxState
+from tests.handoff.cancel_at import cancelled_at
 
 ROOT = Path(__file__).resolve().parents[1]
 SPECS = ROOT / "manifests" / "handoffs"
@@ -223,9 +224,14 @@ def run_rollback(
     )
 
 
-def start_handoff(spec: Path, env: dict[str, str], *extra: str) -> subprocess.Popen[str]:
+def start_handoff(
+    spec: Path, env: dict[str, str], *extra: str, at: str | None = None
+) -> subprocess.Popen[str]:
+    """`handoff run` in its own session; at: module:function where it SIGKILLs itself
+    (tests/handoff/cancel_at.py)."""
+    args = ("run", str(spec), *extra)
     return subprocess.Popen(
-        handoff_cli("run", str(spec), *extra),
+        cancelled_at(at, *args, kill=True) if at else handoff_cli(*args),
         env=env,
         text=True,
         stdout=subprocess.PIPE,

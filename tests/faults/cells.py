@@ -65,7 +65,14 @@ CELLS: list[Cell] = [
         for step in ("gates", "swap", "scale", "retire")
     ),
     # The plan and the apply, caught as the run enters them.
-    Cell("flow SIGKILL", "plan", faults.sigkill, frozenset({STOPPED})),
+    # The plan lasts a moment: the run kills itself as it begins it.
+    Cell(
+        "flow SIGKILL",
+        "plan",
+        faults.killed_itself,
+        frozenset({STOPPED}),
+        at="flows.session:make_plan",
+    ),
     Cell("flow SIGKILL", "apply", faults.sigkill, frozenset({STOPPED})),
     *(
         Cell("kube-apiserver down 10 s", step, faults.apiserver_down(10), ANY)

@@ -49,6 +49,11 @@ def sigkill(scene: Scene) -> None:
     scene.process.wait()
 
 
+def killed_itself(scene: Scene) -> None:
+    """The run SIGKILLed itself in the step (Cell.at): only its end is left to wait for."""
+    scene.process.wait(timeout=300)
+
+
 def sigterm(scene: Scene) -> None:
     """As a Prefect worker cancels a run: the flow rolls back before it exits."""
     os.kill(scene.process.pid, signal.SIGTERM)

@@ -107,6 +107,10 @@ class Cell:
     image_timeout_s: float | None = None  # the spec's image.timeout_s, where it matters
     target: Target = SIDE_BY_SIDE
     run_again: bool = False  # rerun even after done: a rerun of an ended run changes nothing
+    # module:function where the run SIGKILLs itself as it is called (tests/handoff/
+    # cancel_at.py): the fault lands in the step every time, where polling from outside
+    # can miss a step that lasts a moment on a loaded machine
+    at: str | None = None
 
     @property
     def key(self) -> str:
@@ -350,10 +354,10 @@ def _run_cell(stage: Stage, cell: Cell, front: RegistryFront | None, seen: Seen)
             process = paused.process
             paused.wait_paused()
         else:
-            process = start_handoff(spec_file, stage.env, "--auto-approve")
+            process = start_handoff(spec_file, stage.env, "--auto-approve", at=cell.at)
         try:
             ended = _finish(process, None) if cell.step in ENDED else None
-            if not pausing:
+            if not pausing and cell.at is None:
                 _await_step(stage, cell, process)
             injected = seen.injected = time.monotonic()
             kept = cell.inject(Scene(stage.sandbox, kube, ns, process, front))
