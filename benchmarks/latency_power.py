@@ -346,6 +346,7 @@ def main() -> None:
             collect_rounds=args.collect_rounds,
             bursts=args.bursts,
             levels=analysed,
+            margins=LatencySettings().margins.model_dump(),
         )
         write(args.record, power)
 

@@ -90,6 +90,9 @@ class LatencyPowerRecord(Frozen):
     collect_rounds: int
     bursts: int = Field(description="bursty CPU hogs beside the servers while measuring")
     levels: list[PowerLevel]
+    margins: dict[str, float] | None = Field(
+        None, description="the gate's practical margins the decisions used; null: not kept"
+    )
 
 
 class StepLevel(Frozen):

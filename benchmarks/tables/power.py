@@ -24,10 +24,15 @@ def _sides(record: LatencyPowerRecord) -> str:
 def _setup(record: LatencyPowerRecord) -> str:
     trials = sorted({cell.trials for level in record.levels for cell in level.cells})
     hogs = f"{record.bursts} bursty CPU hogs beside the servers" if record.bursts else "no hogs"
+    margins = (
+        "; margins " + ", ".join(f"{name} {value:g}" for name, value in record.margins.items())
+        if record.margins
+        else ""
+    )
     return (
         f"{_sides(record)}, "
         f"{record.collect_rounds} rounds measured a side, {hogs}; "
-        f"{' / '.join(map(str, trials))} trials a cell."
+        f"{' / '.join(map(str, trials))} trials a cell{margins}."
     )
 
 
