@@ -19,17 +19,12 @@ class _Settings(BaseModel):
 
 
 class Margins(_Settings):
-    """Practical margins: a difference inside them is never a regression, however certain,
-    and a pass needs the whole interval inside them. 10 % by default: two processes of the
-    same llama.cpp server on one machine measured 3-5 % apart per token
-    (`benchmarks/latency_power.py`, docs/performance.md), so a 5 % margin could not show an
-    identical candidate within it; a Service that needs finer sets its own, with more
-    rounds to show it."""
+    """Practical margins: a difference inside them is never a regression, however certain."""
 
-    tpot: float = Field(1.10, description="fail when the median TPOT ratio is surely above")
+    tpot: float = Field(1.05, description="fail when the median TPOT ratio is surely above")
     ttft: float = Field(1.10, description="fail when the median TTFT ratio is surely above")
     itl_p99: float = Field(1.10, description="fail when the p99 ITL ratio is surely above")
-    throughput: float = Field(0.90, description="fail when the throughput ratio is surely below")
+    throughput: float = Field(0.95, description="fail when the throughput ratio is surely below")
 
 
 class Slo(_Settings):

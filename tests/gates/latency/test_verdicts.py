@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gates.common.settings import LatencySettings, Margins
+from gates.common.settings import LatencySettings
 from gates.http.records import RequestRecord
 from gates.latency.gate import (
     BASELINE,
@@ -26,9 +26,7 @@ from gates.latency.slo import SloCheck
 
 MS = 1_000_000
 TOKENS = 32
-# The decision at 5 % margins on TPOT and throughput (a Service's own choice; the
-# defaults are 10 %), so a 5 % slower candidate sits on the margin.
-SETTINGS = LatencySettings(bootstrap_resamples=1000, margins=Margins(tpot=1.05, throughput=0.95))
+SETTINGS = LatencySettings(bootstrap_resamples=1000)
 LAST_LOOK = SETTINGS.at_each_look()
 
 
