@@ -25,10 +25,11 @@ if ! docs_log=$(NO_MKDOCS_2_WARNING=1 uv run --frozen mkdocs build --strict --si
   echo "$docs_log" >&2; rm -rf "$site"; exit 1
 fi
 rm -rf "$site"
-# Four workers, each with its own sandbox: most of a handoff test is waiting on pods,
+# Three workers, each with its own sandbox: most of a handoff test is waiting on pods,
 # probes and clocks (two workers left the 2 cores 60-75 % idle through the handoff
-# files, three 12-16 %), so four share them. Whole files go to one worker, as
+# files, three 12-16 %), so three share them. Four were faster (22-23 min) but the
+# cores never idle and two load races showed (docs/performance.md). Whole files go to one worker, as
 # their fixtures are per module, longest first as last recorded (tests/schedule.py), not
 # xdist's most-tests-first. `-n 0` (or HANDOFF_TEST_WORKERS=0) runs in one process.
-exec uv run --frozen pytest -n "${HANDOFF_TEST_WORKERS:-4}" --dist loadfile \
+exec uv run --frozen pytest -n "${HANDOFF_TEST_WORKERS:-3}" --dist loadfile \
   --no-loadscope-reorder "$@"
