@@ -7,7 +7,9 @@ etcd data, logs, pid files, kubeconfig) lives in one run directory per sandbox.
 
 from __future__ import annotations
 
+import fcntl
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 K8S_SOURCE_VERSION = "1.20.5+really1.20.2"
@@ -37,3 +39,17 @@ def default_run_dir() -> Path:
         return Path(os.environ["HANDOFF_SANDBOX_DIR"])
     base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
     return Path(base) / "handoff" / "sandbox"
+
+
+def made_once(path: Path, make: Callable[[], None]) -> Path:
+    """`path`, made by `make` where it is missing, safe across processes: one maker at a
+    time in its directory (an flock on `.lock` there), the others wait and reuse what it
+    made. `make` leaves `path` whole or not at all."""
+    if path.is_file():
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.parent / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not path.is_file():
+            make()
+    return path

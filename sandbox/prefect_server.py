@@ -11,7 +11,6 @@ on the machine who reaches an open Prefect could start handoffs.
 from __future__ import annotations
 
 import base64
-import fcntl
 import importlib.metadata
 import os
 import secrets
@@ -112,13 +111,8 @@ def schema_template() -> Path:
     upgrade` alone, so it holds the schema and nothing a server wrote."""
     version = importlib.metadata.version("prefect")
     path = paths.cache_dir() / f"prefect-{version}-schema.db"
-    if path.is_file():
-        return path
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.with_suffix(".lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # one migration at a time; the others reuse it
-        if path.is_file():
-            return path
+
+    def migrate() -> None:
         with tempfile.TemporaryDirectory(dir=path.parent) as home:
             done = subprocess.run(
                 [sys.executable, "-m", "prefect", "server", "database", "upgrade", "-y"],
@@ -138,7 +132,8 @@ def schema_template() -> Path:
             with closing(sqlite3.connect(made)) as db:
                 db.execute("PRAGMA journal_mode=DELETE")
             os.replace(made, path)
-    return path
+
+    return paths.made_once(path, migrate)
 
 
 def spawn(

@@ -19,7 +19,6 @@ files are cached beside it under ``models/`` and made on first use:
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import os
 import subprocess
@@ -30,7 +29,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from sandbox import procs
-from sandbox.paths import cache_dir
+from sandbox.paths import cache_dir, made_once
 
 VERSION = "0.3.36"
 BUILD = "avx2"  # sandbox/setup.sh's engine_build: the CPU baseline llama.cpp is compiled for
@@ -112,12 +111,7 @@ def model_path(variant: Variant) -> Path:
 
 
 def _derived(variant: Variant, out: Path, how: list[str]) -> Path:
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with open(out.parent / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # one derivation at a time; others wait and reuse it
-        if not out.is_file():
-            _derive(variant, out, how)
-    return out
+    return made_once(out, lambda: _derive(variant, out, how))
 
 
 def _derive(variant: Variant, out: Path, how: list[str]) -> None:
